@@ -1,0 +1,174 @@
+"""Devices and links: the cluster a strategy is placed on.
+
+A cluster is a YAML file (a Hydra config group: ``trinity/conf/cluster/``)::
+
+    name: p100x4
+    devices:
+      - {name: gpu0, kind: p100, speed: 1.0, memory_GB: 11}
+    default_link: {bandwidth_GBps: 5.7, latency_us: 134}
+    links:                      # optional, override the default per pair
+      - {src: gpu0, dst: gpu1, bandwidth_GBps: 20, latency_us: 10, symmetric: true}
+
+``speed`` is throughput relative to the device the graph was profiled on
+(an op measured at 100 us takes 50 us on a speed-2 device) unless the op has
+a time measured or fitted for the device's ``kind``. ``flops_per_s`` costs
+ops that only carry FLOPs. GB means 1e9 bytes. A transfer of b bytes from s
+to d takes ``latency_us[s, d] + b / bandwidth[s, d]`` microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from trinity.errors import ClusterError, TrinityError
+from trinity.fileio import read_yaml
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    kind: str
+    memory_bytes: int
+    speed: float = 1.0
+    flops_per_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    devices: tuple[Device, ...]
+    bandwidth: np.ndarray  # float64[D, D] bytes per microsecond; diagonal unused
+    latency: np.ndarray  # float64[D, D] microseconds; diagonal unused
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def device_names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+    @property
+    def memory(self) -> np.ndarray:
+        return np.array([d.memory_bytes for d in self.devices], dtype=np.int64)
+
+    def index(self, device_name: str) -> int:
+        try:
+            return self.device_names.index(device_name)
+        except ValueError:
+            raise ClusterError(f"unknown device {device_name!r}; devices are {self.device_names}",
+                               source=self.name) from None
+
+    def transfer_us(self, src: int, dst: int, nbytes: float) -> float:
+        if src == dst:
+            return 0.0
+        return float(self.latency[src, dst] + nbytes / self.bandwidth[src, dst])
+
+    def to_dict(self) -> dict:
+        """The YAML form (every pair written out), so a loaded cluster round-trips."""
+        names = self.device_names
+        return {
+            "name": self.name,
+            "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
+                         **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {})} for d in self.devices],
+            "links": [{"src": names[s], "dst": names[t], "bandwidth_GBps": float(self.bandwidth[s, t]) / 1e3,
+                       "latency_us": float(self.latency[s, t]), "symmetric": False}
+                      for s in range(len(names)) for t in range(len(names)) if s != t],
+        }
+
+
+def _number(d: Mapping, key: str, where: str, source: str, *, positive: bool, default=None) -> float:
+    if key not in d:
+        if default is not None:
+            return default
+        raise ClusterError("missing", source=source, field=f"{where}.{key}")
+    v = d[key]
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or math.isnan(v) or math.isinf(v):
+        raise ClusterError(f"must be a finite number, got {v!r}", source=source, field=f"{where}.{key}")
+    if positive and v <= 0:
+        raise ClusterError(f"must be > 0, got {v}", source=source, field=f"{where}.{key}")
+    if not positive and v < 0:
+        raise ClusterError(f"must be >= 0, got {v}", source=source, field=f"{where}.{key}")
+    return float(v)
+
+
+def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
+    if not isinstance(doc, Mapping):
+        raise ClusterError(f"expected a mapping, got {type(doc).__name__}", source=source)
+    raw_devices = doc.get("devices")
+    if not isinstance(raw_devices, list) or not raw_devices:
+        raise ClusterError("must be a non-empty list", source=source, field="devices")
+    devices = []
+    for i, d in enumerate(raw_devices):
+        w = f"devices[{i}]"
+        if not isinstance(d, Mapping) or not isinstance(d.get("name"), str) or not d["name"]:
+            raise ClusterError("needs a non-empty string name", source=source, field=f"{w}.name")
+        if any(x.name == d["name"] for x in devices):
+            raise ClusterError(f"duplicate device name {d['name']!r}", source=source, field=f"{w}.name")
+        devices.append(Device(
+            name=d["name"], kind=str(d.get("kind", "default")),
+            memory_bytes=int(_number(d, "memory_GB", w, source, positive=True) * 1e9),
+            speed=_number(d, "speed", w, source, positive=True, default=1.0),
+            flops_per_s=_number(d, "flops_per_s", w, source, positive=False, default=0.0),
+        ))
+    names = [d.name for d in devices]
+    n = len(devices)
+    bw = np.full((n, n), np.nan)
+    lat = np.full((n, n), np.nan)
+    default = doc.get("default_link")
+    if default is not None:
+        bw[:] = _number(default, "bandwidth_GBps", "default_link", source, positive=True) * 1e3
+        lat[:] = _number(default, "latency_us", "default_link", source, positive=False)
+    for j, link in enumerate(doc.get("links") or []):
+        w = f"links[{j}]"
+        if not isinstance(link, Mapping):
+            raise ClusterError("must be a mapping", source=source, field=w)
+        ends = []
+        for end in ("src", "dst"):
+            if link.get(end) not in names:
+                raise ClusterError(f"unknown device {link.get(end)!r}; devices are {names}",
+                                   source=source, field=f"{w}.{end}")
+            ends.append(names.index(link[end]))
+        s, t = ends
+        if s == t:
+            raise ClusterError("a link joins two different devices", source=source, field=w)
+        b = _number(link, "bandwidth_GBps", w, source, positive=True) * 1e3
+        l_ = _number(link, "latency_us", w, source, positive=False)
+        bw[s, t], lat[s, t] = b, l_
+        if link.get("symmetric", True):
+            bw[t, s], lat[t, s] = b, l_
+    np.fill_diagonal(bw, np.inf)
+    np.fill_diagonal(lat, 0.0)
+    missing = np.argwhere(np.isnan(bw))
+    if len(missing):
+        s, t = missing[0]
+        raise ClusterError(f"no link from {names[s]!r} to {names[t]!r} and no default_link",
+                           source=source, field="links")
+    return Cluster(name=str(doc.get("name") or Path(source).stem), devices=tuple(devices), bandwidth=bw, latency=lat)
+
+
+def preset_names() -> list[str]:
+    folder = resources.files("trinity") / "conf" / "cluster"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_cluster(name_or_path: str | Path) -> Cluster:
+    """Load a preset by name (``p100x4``) or a YAML file by path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        try:
+            return cluster_from_dict(read_yaml(path), str(path))
+        except TrinityError as exc:
+            raise exc.at(str(path))
+    if str(name_or_path) not in preset_names():
+        raise ClusterError(f"unknown cluster {str(name_or_path)!r}: not a file, and presets are "
+                           f"{', '.join(preset_names())}")
+    res = resources.files("trinity") / "conf" / "cluster" / f"{name_or_path}.yaml"
+    with resources.as_file(res) as p:
+        return cluster_from_dict(read_yaml(p), f"preset {name_or_path}")

@@ -1,0 +1,293 @@
+"""OpGraph: the one intermediate representation every Trinity stage speaks.
+
+An OpGraph is a DAG of operators of one training step. Units are fixed
+everywhere: time in microseconds, sizes in bytes.
+
+* An `Op` carries its measured compute time (on the profiling device, and
+  optionally per device kind), its FLOPs, the size of each output tensor, the
+  bytes it keeps for the whole step (parameters, optimizer state), the scratch
+  bytes it needs while running, and its colocation group.
+* An `Edge` is either a data edge, which moves output ``src_output`` of ``src``
+  to ``dst`` (its bytes are that output's size), or a control edge
+  (``src_output is None``), which only orders the two ops and moves nothing.
+* A colocation group is a set of ops that must share a device. TensorFlow
+  silently moves every op of a ``loc:@`` group, and every consumer of a
+  resource variable, to the variable's device; a placement that splits a
+  group simulates something that never runs, so every placer and the
+  simulator honour groups.
+
+The graph is immutable and validated on construction. Numeric views of it
+(`arrays`) are cached for the simulator and placers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from trinity.errors import GraphError
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operator of the training step."""
+
+    name: str
+    type: str
+    #: Measured time on the profiling device (speed 1.0); None = never profiled.
+    compute_us: float | None = None
+    #: Time per device kind where measured or fitted (overrides ``compute_us``).
+    compute_us_by_kind: Mapping[str, float] = field(default_factory=dict)
+    flops: float = 0.0
+    #: Size of each output tensor, in output order.
+    output_bytes: tuple[int, ...] = ()
+    #: Bytes held for the whole step on the op's device (weights, optimizer slots).
+    persistent_bytes: int = 0
+    #: Scratch bytes held only while the op runs.
+    temporary_bytes: int = 0
+    #: Ops with the same group name must run on the same device; None = alone.
+    colocation_group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A data edge (``src_output`` is an output index) or a control edge (None)."""
+
+    src: str
+    dst: str
+    src_output: int | None = 0
+
+    @property
+    def is_control(self) -> bool:
+        return self.src_output is None
+
+
+@dataclass(frozen=True)
+class GraphArrays:
+    """Dense integer views of an OpGraph, indexed by op position."""
+
+    src: np.ndarray  # int64[E] producer index
+    dst: np.ndarray  # int64[E] consumer index
+    src_output: np.ndarray  # int64[E] output index, -1 for control edges
+    edge_bytes: np.ndarray  # int64[E] bytes moved (0 for control edges)
+    tensor_offset: np.ndarray  # int64[N+1] tensor id of (op i, output k) = offset[i] + k
+    tensor_bytes: np.ndarray  # int64[T]
+    persistent_bytes: np.ndarray  # int64[N]
+    temporary_bytes: np.ndarray  # int64[N]
+    group: np.ndarray  # int64[N] colocation group id; ops alone get their own id
+    n_groups: int
+
+
+def _check_cost(value, where: str, source: str | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise GraphError(f"must be a number, got {value!r}", source=source, field=where)
+    if math.isnan(value) or math.isinf(value):
+        raise GraphError(f"must be finite, got {value}", source=source, field=where)
+    if value < 0:
+        raise GraphError(f"must be >= 0, got {value}", source=source, field=where)
+
+
+class OpGraph:
+    """A validated, immutable DAG of ops. ``source`` names the file it came from."""
+
+    def __init__(
+        self,
+        ops: Iterable[Op],
+        edges: Iterable[Edge],
+        *,
+        name: str = "graph",
+        meta: Mapping | None = None,
+        source: str | None = None,
+    ):
+        self.name = name
+        self.meta = dict(meta or {})
+        self.source = source
+        self.ops: tuple[Op, ...] = tuple(ops)
+        self.edges: tuple[Edge, ...] = tuple(edges)
+        self.index: dict[str, int] = {}
+        self._validate()
+
+    # ------------------------------------------------------------------ checks
+    def _validate(self) -> None:
+        src = self.source
+        for i, op in enumerate(self.ops):
+            where = f"ops[{i}]"
+            if not isinstance(op.name, str) or not op.name:
+                raise GraphError("op name must be a non-empty string", source=src, field=f"{where}.name")
+            if op.name in self.index:
+                raise GraphError(f"duplicate op name {op.name!r} (also ops[{self.index[op.name]}])",
+                                 source=src, field=f"{where}.name")
+            self.index[op.name] = i
+            _check_cost(op.compute_us, f"{where}.compute_us ({op.name})", src)
+            for kind, t in op.compute_us_by_kind.items():
+                if t is None:
+                    raise GraphError("must be a number, got None", source=src,
+                                     field=f"{where}.compute_us_by_kind.{kind} ({op.name})")
+                _check_cost(t, f"{where}.compute_us_by_kind.{kind} ({op.name})", src)
+            _check_cost(op.flops, f"{where}.flops ({op.name})", src)
+            _check_cost(op.persistent_bytes, f"{where}.persistent_bytes ({op.name})", src)
+            _check_cost(op.temporary_bytes, f"{where}.temporary_bytes ({op.name})", src)
+            for k, b in enumerate(op.output_bytes):
+                _check_cost(b, f"{where}.output_bytes[{k}] ({op.name})", src)
+        for j, e in enumerate(self.edges):
+            where = f"edges[{j}]"
+            for end in ("src", "dst"):
+                if getattr(e, end) not in self.index:
+                    raise GraphError(f"unknown op {getattr(e, end)!r}", source=src, field=f"{where}.{end}")
+            if e.src_output is not None:
+                n_out = len(self.ops[self.index[e.src]].output_bytes)
+                if not (0 <= e.src_output < n_out):
+                    raise GraphError(
+                        f"output {e.src_output} of {e.src!r} does not exist (it has {n_out} outputs)",
+                        source=src, field=f"{where}.src_output")
+        order = self._kahn_order()
+        if len(order) < len(self.ops):
+            raise GraphError(f"graph has a cycle: {self._describe_cycle(order)}", source=src, field="edges")
+        self._topo = order
+
+    def _kahn_order(self) -> np.ndarray:
+        """Topological order; ties broken by op position so it is deterministic."""
+        n = len(self.ops)
+        indeg = [0] * n
+        succ: list[list[int]] = [[] for _ in range(n)]
+        for e in self.edges:
+            s, d = self.index[e.src], self.index[e.dst]
+            succ[s].append(d)
+            indeg[d] += 1
+        queue = deque(i for i in range(n) if indeg[i] == 0)
+        order = []
+        while queue:
+            i = queue.popleft()
+            order.append(i)
+            for j in succ[i]:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    queue.append(j)
+        return np.asarray(order, dtype=np.int64)
+
+    def _describe_cycle(self, order: np.ndarray) -> str:
+        import networkx as nx
+
+        left = set(range(len(self.ops))) - set(order.tolist())
+        g = nx.DiGraph()
+        for e in self.edges:
+            s, d = self.index[e.src], self.index[e.dst]
+            if s in left and d in left:
+                g.add_edge(s, d)
+        cycle = nx.find_cycle(g)
+        names = [self.ops[u].name for u, _ in cycle] + [self.ops[cycle[0][0]].name]
+        return " -> ".join(names)
+
+    # --------------------------------------------------------------- accessors
+    @property
+    def n_ops(self) -> int:
+        return len(self.ops)
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.edges)
+
+    def topological_order(self) -> np.ndarray:
+        return self._topo.copy()
+
+    def edge_bytes(self, e: Edge) -> int:
+        if e.src_output is None:
+            return 0
+        return int(self.ops[self.index[e.src]].output_bytes[e.src_output])
+
+    @cached_property
+    def arrays(self) -> GraphArrays:
+        n = self.n_ops
+        src = np.fromiter((self.index[e.src] for e in self.edges), np.int64, self.n_edges)
+        dst = np.fromiter((self.index[e.dst] for e in self.edges), np.int64, self.n_edges)
+        out = np.fromiter((-1 if e.src_output is None else e.src_output for e in self.edges),
+                          np.int64, self.n_edges)
+        n_outputs = np.fromiter((len(op.output_bytes) for op in self.ops), np.int64, n)
+        offset = np.zeros(n + 1, np.int64)
+        np.cumsum(n_outputs, out=offset[1:])
+        tensor_bytes = np.fromiter((b for op in self.ops for b in op.output_bytes), np.int64, int(offset[-1]))
+        data = out >= 0
+        edge_bytes = np.zeros(self.n_edges, np.int64)
+        edge_bytes[data] = tensor_bytes[offset[src[data]] + out[data]]
+        group_ids: dict[str, int] = {}
+        group = np.empty(n, np.int64)
+        next_id = 0
+        for i, op in enumerate(self.ops):
+            if op.colocation_group is None:
+                group[i] = next_id
+                next_id += 1
+            else:
+                if op.colocation_group not in group_ids:
+                    group_ids[op.colocation_group] = next_id
+                    next_id += 1
+                group[i] = group_ids[op.colocation_group]
+        return GraphArrays(
+            src=src, dst=dst, src_output=out, edge_bytes=edge_bytes,
+            tensor_offset=offset, tensor_bytes=tensor_bytes,
+            persistent_bytes=np.fromiter((op.persistent_bytes for op in self.ops), np.int64, n),
+            temporary_bytes=np.fromiter((op.temporary_bytes for op in self.ops), np.int64, n),
+            group=group, n_groups=next_id,
+        )
+
+    def colocation_groups(self) -> dict[str, list[str]]:
+        """Named groups with more than one member: group -> op names."""
+        groups: dict[str, list[str]] = {}
+        for op in self.ops:
+            if op.colocation_group is not None:
+                groups.setdefault(op.colocation_group, []).append(op.name)
+        return {g: ops for g, ops in groups.items() if len(ops) > 1}
+
+    def static_memory(self) -> np.ndarray:
+        """Per-op footprint if nothing were ever freed: persistent + outputs + temporary.
+
+        Placers budget device memory with this conservative figure (as Baechi
+        does); the simulator computes the real peak from tensor lifetimes.
+        """
+        a = self.arrays
+        owner = np.repeat(np.arange(self.n_ops), np.diff(a.tensor_offset))
+        outputs = np.bincount(owner, weights=a.tensor_bytes, minlength=self.n_ops).astype(np.int64)
+        return a.persistent_bytes + outputs + a.temporary_bytes
+
+    def to_networkx(self):
+        """A networkx MultiDiGraph with op attributes (for analysis and METIS)."""
+        import networkx as nx
+
+        g = nx.MultiDiGraph(name=self.name)
+        for op in self.ops:
+            g.add_node(op.name, type=op.type, compute_us=op.compute_us, flops=op.flops,
+                       output_bytes=list(op.output_bytes), persistent_bytes=op.persistent_bytes,
+                       temporary_bytes=op.temporary_bytes, colocation_group=op.colocation_group)
+        for e in self.edges:
+            g.add_edge(e.src, e.dst, src_output=e.src_output, bytes=self.edge_bytes(e))
+        return g
+
+    def digest(self) -> str:
+        """A short content hash: strategies record it to refuse a different graph."""
+        h = hashlib.sha256()
+        h.update(json.dumps([(op.name, op.type) for op in self.ops]).encode())
+        h.update(json.dumps([(e.src, e.dst, e.src_output) for e in self.edges]).encode())
+        return h.hexdigest()[:16]
+
+    def summary(self) -> dict:
+        a = self.arrays
+        return {
+            "name": self.name,
+            "ops": self.n_ops,
+            "edges": self.n_edges,
+            "control_edges": int((a.src_output < 0).sum()),
+            "colocation_groups": len(self.colocation_groups()),
+            "compute_us": float(sum(op.compute_us or 0.0 for op in self.ops)),
+            "persistent_bytes": int(a.persistent_bytes.sum()),
+        }
+
+    def __repr__(self) -> str:
+        return f"OpGraph({self.name!r}, ops={self.n_ops}, edges={self.n_edges})"
