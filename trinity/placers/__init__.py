@@ -1,0 +1,9 @@
+"""Placement algorithms, one module each, all behind `trinity.placers.base`.
+
+Importing this package registers every placer in `PLACERS`.
+"""
+
+from trinity.placers import simple  # noqa: F401
+from trinity.placers.base import PLACERS, PlacerResult, get_placer, place
+
+__all__ = ["PLACERS", "PlacerResult", "get_placer", "place"]

@@ -1,0 +1,32 @@
+"""Op compute time on each device of a cluster."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trinity.cluster import Cluster
+from trinity.graph.ir import OpGraph
+
+
+def op_times(graph: OpGraph, cluster: Cluster) -> np.ndarray:
+    """float64[n_ops, n_devices]: microseconds op i takes on device d.
+
+    In order of preference: a time measured or fitted for the device's kind
+    (``compute_us_by_kind``); the profiled time scaled by the device's
+    relative speed; FLOPs over the device's FLOP/s; else zero (an op nobody
+    costed, such as a constant, is free).
+    """
+    n, d = graph.n_ops, cluster.n_devices
+    speed = np.array([dev.speed for dev in cluster.devices])
+    flops_rate = np.array([dev.flops_per_s for dev in cluster.devices])
+    times = np.zeros((n, d))
+    for i, op in enumerate(graph.ops):
+        if op.compute_us is not None:
+            times[i] = op.compute_us / speed
+        elif op.flops:
+            times[i] = np.where(flops_rate > 0, op.flops / np.where(flops_rate > 0, flops_rate, 1) * 1e6, 0.0)
+        for j, dev in enumerate(cluster.devices):
+            t = op.compute_us_by_kind.get(dev.kind)
+            if t is not None:
+                times[i, j] = t
+    return times
