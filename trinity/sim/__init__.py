@@ -1,0 +1,32 @@
+"""Event simulator of one training step of a placed OpGraph.
+
+Semantics (the paper's, made exact; `reference.py` is their plain statement
+and `fast.py` the compiled one the search uses):
+
+* Each device runs one op at a time, non-preemptively, taking ops from a FIFO
+  of ops that became runnable on it. An op is runnable when every in-edge is
+  satisfied: a control edge or a same-device data edge when its producer
+  ends, a cross-device data edge when the tensor has arrived.
+* When an op ends, each of its output tensors that some op on another device
+  reads is queued once per consuming device (a tensor goes once to each
+  consuming device) on the producer device's outgoing FIFO. Each device
+  sends one tensor at a time, overlapping its compute; a transfer of b bytes
+  from s to d takes ``latency[s, d] + b / bandwidth[s, d]`` microseconds.
+* Ties: completions are handled in time order, and at equal times in the
+  order they started; after each completion every idle device (in device
+  order) starts its next op, then every idle sender its next tensor.
+* Memory per device = persistent bytes of its ops + the peak over time of
+  live buffers, each live over [alloc, free): an op's scratch bytes while it
+  runs; its outputs from its start until the last local reader ends and
+  every transfer of them has arrived (or its end, if nobody reads them); a
+  received copy from the transfer's start until its last reader ends.
+* Peak communication = the largest per-device sent + received bytes.
+  A device is out of memory when its peak exceeds its capacity.
+"""
+
+from trinity.sim.costs import op_times
+from trinity.sim.fast import Simulator
+from trinity.sim.reference import simulate_reference
+from trinity.sim.result import SimResult, lower_bound
+
+__all__ = ["SimResult", "Simulator", "lower_bound", "op_times", "simulate_reference"]

@@ -1,0 +1,129 @@
+"""Reference simulator: the semantics of `trinity.sim` written as plainly as possible.
+
+Slow (Python objects, a heap of events, memory from a sweep over buffer
+lifetimes afterwards). The tests hold the fast simulator to it exactly.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+import numpy as np
+
+from trinity.cluster import Cluster
+from trinity.graph.ir import OpGraph
+from trinity.sim.costs import op_times
+from trinity.sim.result import SimResult, lower_bound
+
+
+def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult:
+    n_dev = cluster.n_devices
+    dev = [int(d) for d in placement]
+    times = op_times(graph, cluster)
+    duration = [float(times[i, dev[i]]) for i in range(graph.n_ops)]
+    idx = graph.index
+    out_edges: list[list[tuple[int, int | None]]] = [[] for _ in graph.ops]  # (consumer, output or None)
+    in_edges: list[list[tuple[int, int | None]]] = [[] for _ in graph.ops]  # (producer, output or None)
+    for e in graph.edges:
+        out_edges[idx[e.src]].append((idx[e.dst], e.src_output))
+        in_edges[idx[e.dst]].append((idx[e.src], e.src_output))
+    waiting = [len(in_edges[v]) for v in range(graph.n_ops)]
+
+    ready = [deque() for _ in range(n_dev)]  # per-device FIFO of runnable ops
+    outbox = [deque() for _ in range(n_dev)]  # per-device FIFO of tensors to send
+    computing = [False] * n_dev
+    sending = [False] * n_dev
+    transfers: dict[tuple[int, int, int], dict] = {}  # (producer, output, destination) -> transfer
+    start, end = [0.0] * graph.n_ops, [0.0] * graph.n_ops
+    events: list = []  # (time, sequence, kind, payload)
+    seq = 0
+    now = 0.0
+
+    def push(t, kind, payload):
+        nonlocal seq
+        heapq.heappush(events, (t, seq, kind, payload))
+        seq += 1
+
+    def one_input_arrived(v):
+        waiting[v] -= 1
+        if waiting[v] == 0:
+            ready[dev[v]].append(v)
+
+    def dispatch():
+        for d in range(n_dev):
+            if not computing[d] and ready[d]:
+                v = ready[d].popleft()
+                computing[d] = True
+                start[v] = now
+                end[v] = now + duration[v]
+                push(end[v], "op", v)
+        for d in range(n_dev):
+            if not sending[d] and outbox[d]:
+                x = outbox[d].popleft()
+                sending[d] = True
+                x["start"] = now
+                x["end"] = now + cluster.transfer_us(d, x["dst"], x["bytes"])
+                push(x["end"], "transfer", x)
+
+    for v in range(graph.n_ops):
+        if waiting[v] == 0:
+            ready[dev[v]].append(v)
+    dispatch()
+    while events:
+        now, _, kind, payload = heapq.heappop(events)
+        if kind == "op":
+            u = payload
+            computing[dev[u]] = False
+            for v, k in out_edges[u]:
+                if k is None or dev[v] == dev[u]:
+                    one_input_arrived(v)
+                else:
+                    key = (u, k, dev[v])
+                    if key not in transfers:  # a tensor goes once to each consuming device
+                        nbytes = graph.ops[u].output_bytes[k]
+                        transfers[key] = {"src": dev[u], "dst": dev[v], "bytes": nbytes, "producer": u, "output": k}
+                        outbox[dev[u]].append(transfers[key])
+        else:
+            x = payload
+            sending[x["src"]] = False
+            for v, k in out_edges[x["producer"]]:
+                if k == x["output"] and dev[v] == x["dst"]:
+                    one_input_arrived(v)
+        dispatch()
+
+    # Memory: every buffer is live over [alloc, free); the peak is the largest sum at any instant.
+    buffers: list[tuple[int, float, float, int]] = []  # (device, alloc, free, bytes)
+    for u, op in enumerate(graph.ops):
+        buffers.append((dev[u], start[u], end[u], op.temporary_bytes))
+        for k, nbytes in enumerate(op.output_bytes):
+            users = [end[v] for v, kk in out_edges[u] if kk == k and dev[v] == dev[u]]
+            users += [x["end"] for key, x in transfers.items() if key[:2] == (u, k)]
+            buffers.append((dev[u], start[u], max([end[u]] + users), nbytes))
+    for (u, k, d), x in transfers.items():
+        users = [end[v] for v, kk in out_edges[u] if kk == k and dev[v] == d]
+        buffers.append((d, x["start"], max(users), x["bytes"]))
+    peak = np.zeros(n_dev)
+    for d in range(n_dev):
+        mine = [(a, f, b) for dd, a, f, b in buffers if dd == d and f > a and b > 0]
+        for t in sorted({a for a, _, _ in mine}):
+            peak[d] = max(peak[d], sum(b for a, f, b in mine if a <= t < f))
+    persistent = np.zeros(n_dev)
+    busy = np.zeros(n_dev)
+    for u, op in enumerate(graph.ops):
+        persistent[dev[u]] += op.persistent_bytes
+        busy[dev[u]] += duration[u]
+    sent, received = np.zeros(n_dev), np.zeros(n_dev)
+    for x in transfers.values():
+        sent[x["src"]] += x["bytes"]
+        received[x["dst"]] += x["bytes"]
+    memory = persistent + peak
+    trace = [(x["producer"], x["output"], x["src"], x["dst"], x["bytes"], x["start"], x["end"])
+             for x in sorted(transfers.values(), key=lambda x: (x["start"], x["src"], x["producer"], x["output"], x["dst"]))]
+    return SimResult(
+        step_time_us=max(end, default=0.0),
+        busy_us=busy, sent_bytes=sent, received_bytes=received, peak_memory_bytes=memory,
+        out_of_memory=memory > cluster.memory, lower_bound_us=lower_bound(graph, times, n_dev),
+        op_start=np.array(start), op_end=np.array(end), placement=np.asarray(dev, np.int64),
+        transfers=np.array(trace, dtype=float).reshape(-1, 7),
+    )
