@@ -1,0 +1,39 @@
+from pathlib import Path
+
+import pytest
+
+from trinity.cluster import cluster_from_dict
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+REFERENCE_GNMT = SHARED / "reference" / "gnmt-baechi" / "gnmt_forward.json.gz"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--runslow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --runslow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def reference_gnmt_path() -> Path:
+    if not REFERENCE_GNMT.exists():
+        pytest.skip(f"reference graph not found at {REFERENCE_GNMT}")
+    return REFERENCE_GNMT
+
+
+def make_cluster(n: int = 2, bandwidth_GBps: float = 1.0, latency_us: float = 2.0, memory_GB: float = 1.0,
+                 speeds=None, name: str = "test"):
+    """A small cluster: 1 GB/s = 1000 bytes per microsecond, so transfer times are exact."""
+    speeds = speeds or [1.0] * n
+    return cluster_from_dict({
+        "name": name,
+        "devices": [{"name": f"d{i}", "kind": "k", "speed": s, "memory_GB": memory_GB} for i, s in enumerate(speeds)],
+        "default_link": {"bandwidth_GBps": bandwidth_GBps, "latency_us": latency_us},
+    })

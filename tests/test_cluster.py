@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+
+from trinity.cluster import cluster_from_dict, load_cluster, preset_names
+from trinity.errors import ClusterError
+
+
+def test_presets():
+    assert {"p100x2", "p100x4", "p100x8", "hetero4", "cpu2", "cpu4"} <= set(preset_names())
+    c = load_cluster("p100x4")
+    assert c.n_devices == 4 and c.memory[0] == 11 * 10**9
+    # Baechi's measured link: 0.0001754 us/B + 134 us
+    assert c.transfer_us(0, 1, 1_000_000) == pytest.approx(0.0001754 * 1e6 + 134, rel=1e-4)
+    assert c.transfer_us(2, 2, 1e9) == 0.0
+    h = load_cluster("hetero4")
+    assert h.transfer_us(0, 1, 25_000) == pytest.approx(11.0)
+    assert sorted({d.speed for d in h.devices}) == [0.5, 1.0, 2.0]
+
+
+def test_round_trip_through_dict():
+    c = load_cluster("hetero4")
+    d = cluster_from_dict(c.to_dict())
+    np.testing.assert_allclose(d.bandwidth, c.bandwidth)
+    np.testing.assert_allclose(d.latency, c.latency)
+    assert d.devices == c.devices
+
+
+def test_yaml_file(tmp_path):
+    p = tmp_path / "mine.yaml"
+    p.write_text("devices:\n  - {name: a, memory_GB: 1}\n  - {name: b, memory_GB: 2}\n"
+                 "links:\n  - {src: a, dst: b, bandwidth_GBps: 1, latency_us: 5}\n")
+    c = load_cluster(p)
+    assert c.name == "mine" and c.transfer_us(1, 0, 1000) == 6.0
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"devices": [{"name": "a", "memory_GB": 1}], "links": [{"src": "a", "dst": "zz", "bandwidth_GBps": 1,
+                                                            "latency_us": 0}]},
+     r"links\[0\].dst: unknown device 'zz'"),
+    ({"devices": [{"name": "a", "memory_GB": 1}, {"name": "b", "memory_GB": 1}],
+      "default_link": {"bandwidth_GBps": 0, "latency_us": 1}}, r"default_link.bandwidth_GBps: must be > 0"),
+    ({"devices": [{"name": "a", "memory_GB": 1}, {"name": "b", "memory_GB": 1}]}, r"no link from 'a' to 'b'"),
+    ({"devices": [{"name": "a", "memory_GB": 1}, {"name": "a", "memory_GB": 1}]}, r"duplicate device name"),
+    ({"devices": [{"name": "a", "memory_GB": -1}]}, r"devices\[0\].memory_GB: must be > 0"),
+    ({"devices": []}, r"devices: must be a non-empty list"),
+])
+def test_bad_clusters(doc, message):
+    with pytest.raises(ClusterError, match=message):
+        cluster_from_dict(doc, "c.yaml")
+
+
+def test_unknown_preset_lists_presets():
+    with pytest.raises(ClusterError, match=r"unknown cluster 'p100x3'.*p100x4"):
+        load_cluster("p100x3")

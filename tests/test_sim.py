@@ -1,0 +1,135 @@
+"""The simulator against hand-computed steps, and the fast one against the reference."""
+
+import numpy as np
+import pytest
+
+from trinity.cluster import cluster_from_dict
+from trinity.graph.ir import Edge, Op, OpGraph
+from trinity.graph.synthetic import random_dag
+from trinity.placers import place
+from trinity.sim import Simulator, simulate_reference
+
+from conftest import make_cluster
+
+
+def both(graph, cluster, placement):
+    fast = Simulator(graph, cluster).simulate(np.array(placement), trace=True)
+    ref = simulate_reference(graph, cluster, np.array(placement))
+    return fast, ref
+
+
+def test_chain_across_two_devices():
+    # a (10 us, 2000 B out) on d0 -> b (5 us) on d1; link: 2 us + 2000 B / 1000 B/us = 4 us.
+    g = OpGraph([Op("a", "A", 10.0, output_bytes=(2000,), temporary_bytes=100, persistent_bytes=500),
+                 Op("b", "B", 5.0, output_bytes=(700,), temporary_bytes=300)],
+                [Edge("a", "b", 0)])
+    for res in both(g, make_cluster(2), [0, 1]):
+        assert res.step_time_us == 19.0  # a [0,10], transfer [10,14], b [14,19]
+        assert list(res.op_start) == [0.0, 14.0]
+        assert list(res.sent_bytes) == [2000, 0] and list(res.received_bytes) == [0, 2000]
+        assert res.peak_comm_bytes == 2000
+        # d0: persistent 500 + a's scratch 100 + a's output 2000 (live until the transfer ends)
+        # d1: received copy 2000 + b's scratch 300 + b's output 700, all live at t=14
+        assert list(res.peak_memory_bytes) == [2600, 3000]
+        assert list(res.busy_us) == [10.0, 5.0]
+        assert list(res.transfers[0]) == [0, 0, 0, 1, 2000, 10.0, 14.0]
+
+
+def test_tensor_sent_once_per_device_and_sender_is_serial():
+    # a on d0 feeds b and c on d1 (one transfer) and d on d2 (a second one, queued behind).
+    g = OpGraph([Op("a", "A", 10.0, output_bytes=(2000,)), Op("b", "B", 5.0), Op("c", "C", 1.0),
+                 Op("d", "D", 1.0)],
+                [Edge("a", "b", 0), Edge("a", "c", 0), Edge("a", "d", 0)])
+    for res in both(g, make_cluster(3), [0, 1, 1, 2]):
+        assert list(res.sent_bytes) == [4000, 0, 0]
+        assert list(res.received_bytes) == [0, 2000, 2000]
+        assert list(res.op_start) == [0.0, 14.0, 19.0, 18.0]
+        assert res.step_time_us == 20.0
+        assert res.peak_comm_bytes == 4000
+
+
+def test_one_device_runs_ops_one_at_a_time_in_ready_order():
+    g = OpGraph([Op("x", "X", 3.0), Op("y", "Y", 4.0), Op("z", "Z", 1.0)], [Edge("x", "z", None)])
+    for res in both(g, make_cluster(2), [0, 0, 1]):
+        assert list(res.op_start) == [0.0, 3.0, 3.0]  # control edge: no transfer, z starts when x ends
+        assert res.step_time_us == 7.0
+        assert res.peak_comm_bytes == 0
+
+
+def test_local_tensor_lives_until_its_last_reader_ends():
+    # a's 1000 B output is read by b and c on the same device: live over [0, 6).
+    g = OpGraph([Op("a", "A", 1.0, output_bytes=(1000,)), Op("b", "B", 2.0, temporary_bytes=50),
+                 Op("c", "C", 3.0, output_bytes=(10,))],
+                [Edge("a", "b", 0), Edge("a", "c", 0)])
+    for res in both(g, make_cluster(2), [0, 0, 0]):
+        assert res.step_time_us == 6.0
+        assert res.peak_memory_bytes[0] == 1050  # a's output + b's scratch; c's output comes after b ends
+        assert res.peak_memory_bytes[1] == 0
+
+
+def test_speed_and_out_of_memory():
+    g = OpGraph([Op("a", "A", 10.0, persistent_bytes=3 * 10**9)], [])
+    cluster = make_cluster(2, memory_GB=2, speeds=[2.0, 0.5])
+    fast, ref = both(g, cluster, [0])
+    assert fast.step_time_us == ref.step_time_us == 5.0
+    assert list(fast.out_of_memory) == [True, False] and not fast.fits
+
+
+def test_lower_bound():
+    # Two chains of 10 us and one op of 4 us on 2 devices: work 24/2 = 12 > critical path 10.
+    g = OpGraph([Op("a", "A", 5.0), Op("b", "B", 5.0), Op("c", "C", 10.0), Op("d", "D", 4.0)],
+                [Edge("a", "b", None)])
+    sim = Simulator(g, make_cluster(2))
+    assert sim.lower_bound_us == 12.0
+    assert Simulator(g, make_cluster(4, speeds=[1, 1, 1, 1])).lower_bound_us == 10.0
+
+
+CLUSTERS = [
+    make_cluster(2),
+    make_cluster(3, latency_us=0.0),
+    make_cluster(4, speeds=[1.0, 2.0, 0.5, 1.0]),
+    cluster_from_dict({"name": "asym", "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(3)],
+                       "default_link": {"bandwidth_GBps": 2.0, "latency_us": 1.0},
+                       "links": [{"src": "d0", "dst": "d1", "bandwidth_GBps": 0.5, "latency_us": 3.0,
+                                  "symmetric": False}]}),
+]
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_fast_equals_reference_on_random_dags(seed):
+    rng = np.random.default_rng(seed)
+    graph = random_dag(int(rng.integers(2, 25)), float(rng.uniform(0.05, 0.5)), seed=seed)
+    cluster = CLUSTERS[seed % len(CLUSTERS)]
+    placement = place("random", graph, cluster, seed=seed).placement
+    fast, ref = both(graph, cluster, placement)
+    assert fast.step_time_us == ref.step_time_us
+    np.testing.assert_array_equal(fast.op_start, ref.op_start)
+    np.testing.assert_array_equal(fast.op_end, ref.op_end)
+    np.testing.assert_array_equal(fast.busy_us, ref.busy_us)
+    np.testing.assert_array_equal(fast.sent_bytes, ref.sent_bytes)
+    np.testing.assert_array_equal(fast.received_bytes, ref.received_bytes)
+    np.testing.assert_array_equal(fast.peak_memory_bytes, ref.peak_memory_bytes)
+    np.testing.assert_array_equal(fast.transfers, ref.transfers)
+    assert fast.lower_bound_us == ref.lower_bound_us
+    assert fast.step_time_us >= fast.lower_bound_us - 1e-9
+
+
+def test_fast_equals_reference_on_gnmt(reference_gnmt_path):
+    from trinity.cluster import load_cluster
+    from trinity.graph import load_graph
+
+    graph, cluster = load_graph(reference_gnmt_path), load_cluster("p100x4")
+    placement = place("round-robin", graph, cluster).placement
+    fast, ref = both(graph, cluster, placement)
+    assert fast.step_time_us == ref.step_time_us
+    np.testing.assert_array_equal(fast.peak_memory_bytes, ref.peak_memory_bytes)
+    np.testing.assert_array_equal(fast.sent_bytes, ref.sent_bytes)
+
+
+def test_simulation_is_deterministic():
+    graph = random_dag(30, 0.2, seed=3)
+    sim = Simulator(graph, make_cluster(3))
+    p = place("random", graph, make_cluster(3), seed=1).placement
+    a, b = sim.simulate(p), sim.simulate(p)
+    assert a.step_time_us == b.step_time_us
+    np.testing.assert_array_equal(a.op_start, b.op_start)

@@ -1,0 +1,164 @@
+"""The ``trinity`` command line.
+
+Every user error is printed as one line (``trinity: error: <file>: <field>:
+<message>``) with exit status 2; outputs are written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import pandas as pd
+
+from trinity.errors import TrinityError
+
+
+def _graph(path):
+    from trinity.graph import load_graph
+
+    return load_graph(path)
+
+
+def cmd_info(args) -> None:
+    g = _graph(args.graph)
+    for k, v in g.summary().items():
+        print(f"{k:>20}: {v}")
+
+
+def cmd_convert(args) -> None:
+    from trinity.graph import save_graph
+
+    g = _graph(args.graph)
+    save_graph(g, args.out)
+    print(f"wrote {args.out}: {g.n_ops} ops, {g.n_edges} edges")
+
+
+def cmd_clusters(args) -> None:
+    from trinity.cluster import load_cluster, preset_names
+
+    for name in preset_names():
+        c = load_cluster(name)
+        devs = ", ".join(f"{d.name}({d.kind} x{d.speed:g}, {d.memory_bytes / 1e9:g} GB)" for d in c.devices)
+        print(f"{name:>8}: {devs}")
+
+
+def _print_result(res, cluster) -> None:
+    for k, v in res.summary().items():
+        print(f"{k:>22}: {v:.4g}" if isinstance(v, float) else f"{k:>22}: {v}")
+    per_device = pd.DataFrame({
+        "device": cluster.device_names, "ops": np.bincount(res.placement, minlength=cluster.n_devices),
+        "busy_ms": res.busy_us / 1e3, "sent_MB": res.sent_bytes / 1e6, "received_MB": res.received_bytes / 1e6,
+        "peak_memory_GB": res.peak_memory_bytes / 1e9, "capacity_GB": cluster.memory / 1e9})
+    print(per_device.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+def cmd_place(args) -> None:
+    from trinity.cluster import load_cluster
+    from trinity.placement import Strategy
+    from trinity.placers import place
+    from trinity.sim import Simulator
+
+    g, cluster = _graph(args.graph), load_cluster(args.cluster)
+    options = {"seed": args.seed} if args.placer == "random" else {}
+    placed = place(args.placer, g, cluster, **options)
+    res = Simulator(g, cluster).simulate(placed.placement)
+    print(f"{args.placer} on {cluster.name}: placed {g.n_ops} ops in {placed.seconds:.2f} s")
+    _print_result(res, cluster)
+    if args.out:
+        Strategy.from_array(g, cluster, placed.placement, placer=args.placer,
+                            simulated_step_time_us=res.step_time_us).save(args.out)
+        print(f"wrote {args.out}")
+
+
+def cmd_simulate(args) -> None:
+    from trinity.cluster import load_cluster
+    from trinity.placement import Strategy
+    from trinity.sim import Simulator
+
+    g, cluster = _graph(args.graph), load_cluster(args.cluster)
+    placement = Strategy.load(args.strategy).to_array(g, cluster, source=args.strategy)
+    res = Simulator(g, cluster).simulate(placement, trace=bool(args.trace))
+    _print_result(res, cluster)
+    if args.trace:
+        from trinity.fileio import atomic_write_bytes
+
+        atomic_write_bytes(args.trace, res.gantt(g, cluster.device_names).to_csv(index=False).encode())
+        print(f"wrote {args.trace}")
+
+
+def cmd_compare(args) -> None:
+    from trinity.cluster import load_cluster
+    from trinity.compare import compare_placers
+    from trinity.placers.base import get_placer
+
+    g = _graph(args.graph)
+    clusters = [load_cluster(c) for c in args.cluster]
+    for p in args.placers or []:
+        get_placer(p)
+    table = compare_placers(g, clusters, args.placers, seed=args.seed, progress=sys.stderr.isatty())
+    print(f"{g.name}: {g.n_ops} ops, {g.n_edges} edges")
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"))
+    if args.csv:
+        from trinity.fileio import atomic_write_bytes
+
+        atomic_write_bytes(args.csv, table.to_csv(index=False).encode())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trinity", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("info", help="summarise a graph file")
+    p.add_argument("graph")
+    p.set_defaults(fn=cmd_info)
+
+    p = sub.add_parser("convert", help="import a graph (reference JSON, node-link) into the native format")
+    p.add_argument("graph")
+    p.add_argument("out")
+    p.set_defaults(fn=cmd_convert)
+
+    p = sub.add_parser("clusters", help="list cluster presets")
+    p.set_defaults(fn=cmd_clusters)
+
+    p = sub.add_parser("place", help="place a graph with one placer and simulate it")
+    p.add_argument("graph")
+    p.add_argument("--cluster", default="p100x4", help="preset name or YAML file")
+    p.add_argument("--placer", default="m-etf")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write the strategy here (JSON)")
+    p.set_defaults(fn=cmd_place)
+
+    p = sub.add_parser("simulate", help="simulate a strategy file")
+    p.add_argument("graph")
+    p.add_argument("strategy")
+    p.add_argument("--cluster", default="p100x4")
+    p.add_argument("--trace", help="write the per-op trace (device, start, end) as CSV")
+    p.set_defaults(fn=cmd_simulate)
+
+    p = sub.add_parser("compare", help="compare every placer on a graph")
+    p.add_argument("graph")
+    p.add_argument("--cluster", nargs="+", default=["p100x2", "p100x4"])
+    p.add_argument("--placers", nargs="+", help="default: all")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--csv", help="also write the table as CSV")
+    p.set_defaults(fn=cmd_compare)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except TrinityError as exc:
+        print(f"trinity: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("trinity: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
