@@ -38,12 +38,15 @@ class Simulator:
         self._out_ptr, self._out_edges = _csr(a.src, graph.n_ops)
         self._in_ptr, self._in_edges = _csr(a.dst, graph.n_ops)
         owner = np.repeat(np.arange(graph.n_ops), np.diff(a.tensor_offset))
+        tensor = np.where(a.src_output >= 0, a.tensor_offset[a.src] + a.src_output, -1).astype(np.int64)
+        # Edge endpoints laid out in the order the event loop walks them (by producer, by
+        # consumer), so it reads memory sequentially instead of chasing edge ids.
         self._static = (
-            a.src, a.dst, np.where(a.src_output >= 0, a.tensor_offset[a.src] + a.src_output, -1).astype(np.int64),
-            a.tensor_bytes.astype(np.float64), owner.astype(np.int64), a.tensor_offset,
+            np.bincount(owner, weights=a.tensor_bytes, minlength=graph.n_ops), a.tensor_bytes.astype(np.float64), owner.astype(np.int64), a.tensor_offset,
             a.persistent_bytes.astype(np.float64), a.temporary_bytes.astype(np.float64),
             np.bincount(a.dst, minlength=graph.n_ops).astype(np.int64),
-            self._out_ptr, self._out_edges, self._in_ptr, self._in_edges,
+            self._out_ptr, a.dst[self._out_edges].copy(), tensor[self._out_edges].copy(),
+            self._in_ptr, a.src[self._in_edges].copy(), tensor[self._in_edges].copy(),
             np.ascontiguousarray(cluster.bandwidth), np.ascontiguousarray(cluster.latency),
         )
         self._memory = cluster.memory.astype(np.float64)
@@ -70,13 +73,13 @@ class Simulator:
         return self.simulate(placement, check=False).step_time_us
 
 
-@numba.njit(cache=True)
-def _simulate(dev, times, e_src, e_dst, e_tensor, tensor_bytes, tensor_owner, tensor_offset,
-              persistent, temporary, indegree, out_ptr, out_edges, in_ptr, in_edges, bandwidth, latency):
+@numba.njit(cache=True, error_model="numpy")
+def _simulate(dev, times, output_total, tensor_bytes, tensor_owner, tensor_offset, persistent, temporary, indegree,
+              out_ptr, out_dst, out_tensor, in_ptr, in_src, in_tensor, bandwidth, latency):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
-    n_edges = e_src.shape[0]
+    n_edges = out_dst.shape[0]
     inf = np.inf
 
     # References that keep each tensor alive: local consumers and outgoing transfers on the
@@ -84,17 +87,18 @@ def _simulate(dev, times, e_src, e_dst, e_tensor, tensor_bytes, tensor_owner, te
     local_refs = np.zeros(n_tensors, np.int64)
     remote_refs = np.zeros(n_tensors * n_dev, np.int64)
     transfer_of = np.full(n_tensors * n_dev, -1, np.int64)
-    for e in range(n_edges):
-        t = e_tensor[e]
-        if t < 0:
-            continue
-        d = dev[e_dst[e]]
-        if d == dev[e_src[e]]:
-            local_refs[t] += 1
-        else:
-            if remote_refs[t * n_dev + d] == 0:
+    for v in range(n):
+        d = dev[v]
+        for k in range(in_ptr[v], in_ptr[v + 1]):
+            t = in_tensor[k]
+            if t < 0:
+                continue
+            if d == dev[in_src[k]]:
                 local_refs[t] += 1
-            remote_refs[t * n_dev + d] += 1
+            else:
+                if remote_refs[t * n_dev + d] == 0:
+                    local_refs[t] += 1
+                remote_refs[t * n_dev + d] += 1
 
     waiting = indegree.copy()
     duration = np.empty(n)
@@ -120,7 +124,8 @@ def _simulate(dev, times, e_src, e_dst, e_tensor, tensor_bytes, tensor_owner, te
 
     # Completion slots: slot d = op running on device d, slot n_dev + d = transfer sent by d.
     slot_time = np.full(2 * n_dev, inf)
-    slot_seq = np.zeros(2 * n_dev, np.int64)
+    idle = np.iinfo(np.int64).max
+    slot_seq = np.full(2 * n_dev, idle, np.int64)  # order started; idle slots: never chosen
     slot_item = np.full(2 * n_dev, -1, np.int64)
     seq = 0
 
@@ -139,11 +144,15 @@ def _simulate(dev, times, e_src, e_dst, e_tensor, tensor_bytes, tensor_owner, te
                 ready_next[ready_tail[d]] = v
             ready_tail[d] = v
 
+    # Only devices whose state changed since the last dispatch can start something:
+    # bit d of `compute_dirty` / `send_dirty` marks device d's processor / sender.
+    compute_dirty = (1 << n_dev) - 1
+    send_dirty = 0
     now = 0.0
     while True:
         # Dispatch: idle devices start their oldest ready op, idle senders their oldest transfer.
         for d in range(n_dev):
-            if slot_item[d] < 0 and ready_head[d] >= 0:
+            if (compute_dirty >> d) & 1 and slot_item[d] < 0 and ready_head[d] >= 0:
                 v = ready_head[d]
                 ready_head[d] = ready_next[v]
                 if ready_head[d] < 0:
@@ -151,16 +160,14 @@ def _simulate(dev, times, e_src, e_dst, e_tensor, tensor_bytes, tensor_owner, te
                 start[v] = now
                 end[v] = now + duration[v]
                 busy[d] += duration[v]
-                live[d] += temporary[v]
-                for t in range(tensor_offset[v], tensor_offset[v + 1]):
-                    live[d] += tensor_bytes[t]
+                live[d] += temporary[v] + output_total[v]
                 slot_item[d] = v
                 slot_time[d] = end[v]
                 slot_seq[d] = seq
                 seq += 1
         for d in range(n_dev):
             s = n_dev + d
-            if slot_item[s] < 0 and out_head[d] >= 0:
+            if (send_dirty >> d) & 1 and slot_item[s] < 0 and out_head[d] >= 0:
                 x = out_head[d]
                 out_head[d] = x_next[x]
                 if out_head[d] < 0:
@@ -173,36 +180,44 @@ def _simulate(dev, times, e_src, e_dst, e_tensor, tensor_bytes, tensor_owner, te
                 slot_time[s] = x_end[x]
                 slot_seq[s] = seq
                 seq += 1
+        compute_dirty = 0
+        send_dirty = 0
 
-        # Next completion: earliest time, then earliest started.
+        # Next completion: earliest time, then earliest started (idle slots hold inf).
         best = -1
+        best_time = inf
+        best_seq = idle
         for s in range(2 * n_dev):
-            if slot_item[s] >= 0 and (best < 0 or slot_time[s] < slot_time[best]
-                                      or (slot_time[s] == slot_time[best] and slot_seq[s] < slot_seq[best])):
+            t_s = slot_time[s]
+            if t_s < best_time or (t_s == best_time and slot_seq[s] < best_seq):
                 best = s
+                best_time = t_s
+                best_seq = slot_seq[s]
         if best < 0:
             break
-        if slot_time[best] > now:
+        if best_time > now:
             for d in range(n_dev):  # every change at `now` is in: record the peak
                 if live[d] > peak[d]:
                     peak[d] = live[d]
-            now = slot_time[best]
+            now = best_time
         item = slot_item[best]
         slot_item[best] = -1
         slot_time[best] = inf
+        slot_seq[best] = idle
 
         if best < n_dev:  # op `item` finished on device `best`
             u = item
             du = best
+            compute_dirty |= 1 << du
             live[du] -= temporary[u]
             for t in range(tensor_offset[u], tensor_offset[u + 1]):
                 if local_refs[t] == 0:  # output nobody reads
                     live[du] -= tensor_bytes[t]
             for k in range(in_ptr[u], in_ptr[u + 1]):  # release inputs
-                t = e_tensor[in_edges[k]]
+                t = in_tensor[k]
                 if t < 0:
                     continue
-                w = e_src[in_edges[k]]
+                w = in_src[k]
                 if dev[w] == du:
                     local_refs[t] -= 1
                     if local_refs[t] == 0:
@@ -212,13 +227,13 @@ def _simulate(dev, times, e_src, e_dst, e_tensor, tensor_bytes, tensor_owner, te
                     if remote_refs[t * n_dev + du] == 0:
                         live[du] -= tensor_bytes[t]
             for k in range(out_ptr[u], out_ptr[u + 1]):
-                e = out_edges[k]
-                v = e_dst[e]
-                t = e_tensor[e]
+                v = out_dst[k]
+                t = out_tensor[k]
                 dv = dev[v]
                 if t < 0 or dv == du:
                     waiting[v] -= 1
                     if waiting[v] == 0:
+                        compute_dirty |= 1 << dv
                         if ready_tail[dv] < 0:
                             ready_head[dv] = v
                         else:
@@ -236,22 +251,24 @@ def _simulate(dev, times, e_src, e_dst, e_tensor, tensor_bytes, tensor_owner, te
                     else:
                         x_next[out_tail[du]] = x
                     out_tail[du] = x
+                    send_dirty |= 1 << du
         else:  # transfer `item` arrived
             x = item
             t = x_tensor[x]
             u = tensor_owner[t]
             ds, dd = x_src[x], x_dst[x]
+            send_dirty |= 1 << ds
             sent[ds] += tensor_bytes[t]
             recv[dd] += tensor_bytes[t]
             local_refs[t] -= 1
             if local_refs[t] == 0:
                 live[ds] -= tensor_bytes[t]
             for k in range(out_ptr[u], out_ptr[u + 1]):
-                e = out_edges[k]
-                v = e_dst[e]
-                if e_tensor[e] == t and dev[v] == dd:
+                v = out_dst[k]
+                if out_tensor[k] == t and dev[v] == dd:
                     waiting[v] -= 1
                     if waiting[v] == 0:
+                        compute_dirty |= 1 << dd
                         if ready_tail[dd] < 0:
                             ready_head[dd] = v
                         else:

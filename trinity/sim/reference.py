@@ -93,21 +93,29 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
         dispatch()
 
     # Memory: every buffer is live over [alloc, free); the peak is the largest sum at any instant.
+    sent_until: dict[tuple[int, int], list[float]] = {}  # (producer, output) -> its transfers' ends
+    for (u, k, _), x in transfers.items():
+        sent_until.setdefault((u, k), []).append(x["end"])
     buffers: list[tuple[int, float, float, int]] = []  # (device, alloc, free, bytes)
     for u, op in enumerate(graph.ops):
         buffers.append((dev[u], start[u], end[u], op.temporary_bytes))
         for k, nbytes in enumerate(op.output_bytes):
             users = [end[v] for v, kk in out_edges[u] if kk == k and dev[v] == dev[u]]
-            users += [x["end"] for key, x in transfers.items() if key[:2] == (u, k)]
-            buffers.append((dev[u], start[u], max([end[u]] + users), nbytes))
+            buffers.append((dev[u], start[u], max([end[u]] + users + sent_until.get((u, k), [])), nbytes))
     for (u, k, d), x in transfers.items():
         users = [end[v] for v, kk in out_edges[u] if kk == k and dev[v] == d]
         buffers.append((d, x["start"], max(users), x["bytes"]))
     peak = np.zeros(n_dev)
     for d in range(n_dev):
-        mine = [(a, f, b) for dd, a, f, b in buffers if dd == d and f > a and b > 0]
-        for t in sorted({a for a, _, _ in mine}):
-            peak[d] = max(peak[d], sum(b for a, f, b in mine if a <= t < f))
+        changes: dict[float, float] = {}  # time -> net change of live bytes
+        for dd, alloc, free, nbytes in buffers:
+            if dd == d and free > alloc:
+                changes[alloc] = changes.get(alloc, 0) + nbytes
+                changes[free] = changes.get(free, 0) - nbytes
+        live = 0.0
+        for t in sorted(changes):
+            live += changes[t]
+            peak[d] = max(peak[d], live)
     persistent = np.zeros(n_dev)
     busy = np.zeros(n_dev)
     for u, op in enumerate(graph.ops):

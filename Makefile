@@ -1,0 +1,32 @@
+# Trinity: `make test` and `make repro` work on a fresh machine (they create .venv).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SHARED ?= ../shared
+REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-all repro bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)  ## fast suite (slow end-to-end runs are skipped; see test-all)
+	$(PY) -m pytest -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q --runslow
+
+repro: $(STAMP)  ## the main job: every placer on the reference GNMT graph, 2 and 4 P100s
+	mkdir -p reports
+	$(VENV)/bin/trinity compare $(REFERENCE_GNMT) --cluster p100x2 p100x4 --csv reports/placers_gnmt_reference.csv
+
+bench: $(STAMP)  ## benchmark figures (ratios measured in the same run)
+	$(PY) benchmarks/bench_sim.py --reference-graph $(REFERENCE_GNMT)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache reports
