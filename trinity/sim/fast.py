@@ -35,18 +35,20 @@ class Simulator:
         a = graph.arrays
         self.times = op_times(graph, cluster) if times is None else np.ascontiguousarray(times, np.float64)
         self.lower_bound_us = lower_bound(graph, self.times, cluster.n_devices)
-        self._out_ptr, self._out_edges = _csr(a.src, graph.n_ops)
-        self._in_ptr, self._in_edges = _csr(a.dst, graph.n_ops)
+        out_ptr, out_edges = _csr(a.src, graph.n_ops)
+        in_ptr, in_edges = _csr(a.dst, graph.n_ops)
         owner = np.repeat(np.arange(graph.n_ops), np.diff(a.tensor_offset))
         tensor = np.where(a.src_output >= 0, a.tensor_offset[a.src] + a.src_output, -1).astype(np.int64)
+        tensor_bytes = a.tensor_bytes.astype(np.float64)
         # Edge endpoints laid out in the order the event loop walks them (by producer, by
         # consumer), so it reads memory sequentially instead of chasing edge ids.
         self._static = (
-            np.bincount(owner, weights=a.tensor_bytes, minlength=graph.n_ops), a.tensor_bytes.astype(np.float64), owner.astype(np.int64), a.tensor_offset,
+            np.bincount(owner, weights=tensor_bytes, minlength=graph.n_ops),  # output bytes per op
+            tensor_bytes, owner.astype(np.int64), a.tensor_offset,
             a.persistent_bytes.astype(np.float64), a.temporary_bytes.astype(np.float64),
             np.bincount(a.dst, minlength=graph.n_ops).astype(np.int64),
-            self._out_ptr, a.dst[self._out_edges].copy(), tensor[self._out_edges].copy(),
-            self._in_ptr, a.src[self._in_edges].copy(), tensor[self._in_edges].copy(),
+            out_ptr, a.dst[out_edges], tensor[out_edges],
+            in_ptr, a.src[in_edges], tensor[in_edges],
             np.ascontiguousarray(cluster.bandwidth), np.ascontiguousarray(cluster.latency),
         )
         self._memory = cluster.memory.astype(np.float64)
@@ -148,6 +150,7 @@ def _simulate(dev, times, output_total, tensor_bytes, tensor_owner, tensor_offse
     # bit d of `compute_dirty` / `send_dirty` marks device d's processor / sender.
     compute_dirty = (1 << n_dev) - 1
     send_dirty = 0
+    grown = 0  # devices whose live bytes grew since the peak was last recorded
     now = 0.0
     while True:
         # Dispatch: idle devices start their oldest ready op, idle senders their oldest transfer.
@@ -161,6 +164,7 @@ def _simulate(dev, times, output_total, tensor_bytes, tensor_owner, tensor_offse
                 end[v] = now + duration[v]
                 busy[d] += duration[v]
                 live[d] += temporary[v] + output_total[v]
+                grown |= 1 << d
                 slot_item[d] = v
                 slot_time[d] = end[v]
                 slot_seq[d] = seq
@@ -176,6 +180,7 @@ def _simulate(dev, times, output_total, tensor_bytes, tensor_owner, tensor_offse
                 x_start[x] = now
                 x_end[x] = now + latency[d, x_dst[x]] + nbytes / bandwidth[d, x_dst[x]]
                 live[x_dst[x]] += nbytes
+                grown |= 1 << x_dst[x]
                 slot_item[s] = x
                 slot_time[s] = x_end[x]
                 slot_seq[s] = seq
@@ -196,9 +201,11 @@ def _simulate(dev, times, output_total, tensor_bytes, tensor_owner, tensor_offse
         if best < 0:
             break
         if best_time > now:
-            for d in range(n_dev):  # every change at `now` is in: record the peak
-                if live[d] > peak[d]:
+            # Every change at `now` is in: record the peak where memory grew.
+            for d in range(n_dev):
+                if (grown >> d) & 1 and live[d] > peak[d]:
                     peak[d] = live[d]
+            grown = 0
             now = best_time
         item = slot_item[best]
         slot_item[best] = -1
