@@ -23,7 +23,11 @@ test-all: $(STAMP)
 
 repro: $(STAMP)  ## the main job: every placer on the reference GNMT graph, 2 and 4 P100s
 	mkdir -p reports
-	$(VENV)/bin/trinity compare $(REFERENCE_GNMT) --cluster p100x2 p100x4 --csv reports/placers_gnmt_reference.csv
+	$(VENV)/bin/trinity compare $(REFERENCE_GNMT) --cluster p100x2 p100x4 --csv reports/placers_gnmt_reference.csv \
+		--plot reports/placers_gnmt_reference.png
+	$(VENV)/bin/trinity place $(REFERENCE_GNMT) --cluster p100x4 --placer m-sct --out reports/m-sct_p100x4.json
+	$(VENV)/bin/trinity simulate $(REFERENCE_GNMT) reports/m-sct_p100x4.json --cluster p100x4 \
+		--gantt reports/m-sct_p100x4_gantt.png
 
 bench: $(STAMP)  ## benchmark figures (ratios measured in the same run)
 	$(PY) benchmarks/bench_sim.py --reference-graph $(REFERENCE_GNMT)

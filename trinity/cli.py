@@ -79,13 +79,20 @@ def cmd_simulate(args) -> None:
 
     g, cluster = _graph(args.graph), load_cluster(args.cluster)
     placement = Strategy.load(args.strategy).to_array(g, cluster, source=args.strategy)
-    res = Simulator(g, cluster).simulate(placement, trace=bool(args.trace))
+    res = Simulator(g, cluster).simulate(placement, trace=True)
     _print_result(res, cluster)
+    gantt = res.gantt(g, cluster.device_names)
     if args.trace:
         from trinity.fileio import atomic_write_bytes
 
-        atomic_write_bytes(args.trace, res.gantt(g, cluster.device_names).to_csv(index=False).encode())
+        atomic_write_bytes(args.trace, gantt.to_csv(index=False).encode())
         print(f"wrote {args.trace}")
+    if args.gantt:
+        from trinity.plots import plot_gantt
+
+        plot_gantt(gantt, args.gantt, title=f"{g.name} on {cluster.name}: {res.step_time_us / 1e3:.2f} ms",
+                   transfers=res.transfers_frame(cluster.device_names))
+        print(f"wrote {args.gantt}")
 
 
 def cmd_compare(args) -> None:
@@ -104,6 +111,10 @@ def cmd_compare(args) -> None:
         from trinity.fileio import atomic_write_bytes
 
         atomic_write_bytes(args.csv, table.to_csv(index=False).encode())
+    if args.plot:
+        from trinity.plots import plot_comparison
+
+        plot_comparison(table, args.plot, title=f"{g.name}: {g.n_ops} ops")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -135,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("strategy")
     p.add_argument("--cluster", default="p100x4")
     p.add_argument("--trace", help="write the per-op trace (device, start, end) as CSV")
+    p.add_argument("--gantt", help="draw the per-device timeline to this image (PNG, SVG, PDF)")
     p.set_defaults(fn=cmd_simulate)
 
     p = sub.add_parser("compare", help="compare every placer on a graph")
@@ -143,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--placers", nargs="+", help="default: all")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--csv", help="also write the table as CSV")
+    p.add_argument("--plot", help="also draw the table to this image (PNG, SVG, PDF)")
     p.set_defaults(fn=cmd_compare)
     return parser
 

@@ -71,6 +71,20 @@ class SimResult:
         }).sort_values(["device", "start_us"], kind="stable")
 
 
+    def transfers_frame(self, device_names: list[str]):
+        """The transfer trace (needs ``simulate(..., trace=True)``) as a DataFrame."""
+        import pandas as pd
+
+        if self.transfers is None:
+            raise ValueError("no transfer trace: simulate with trace=True")
+        df = pd.DataFrame(self.transfers, columns=TRANSFER_COLUMNS)
+        for col in ("producer", "output", "src", "dst"):
+            df[col] = df[col].astype(int)
+        df["src"] = [device_names[d] for d in df["src"]]
+        df["dst"] = [device_names[d] for d in df["dst"]]
+        return df
+
+
 def lower_bound(graph: OpGraph, times: np.ndarray, n_devices: int) -> float:
     """max(critical path, total work / devices), each op at its fastest device's time.
 

@@ -1,0 +1,58 @@
+"""Figures people look at: placer comparisons and per-device Gantt charts."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from trinity.fileio import atomic_write_bytes  # noqa: E402
+
+
+def _save(fig, path: str | os.PathLike) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, format=str(path).rsplit(".", 1)[-1], dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def plot_comparison(table: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
+    """Step time, peak communication and peak memory per placer, one bar group per cluster."""
+    metrics = [("step_time_ms", "step time (ms)"), ("peak_comm_MB", "peak communication (MB)"),
+               ("peak_memory_GB", "peak memory (GB)")]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4))
+    for ax, (col, label) in zip(axes, metrics):
+        pivot = table.pivot(index="placer", columns="cluster", values=col)
+        pivot.plot.bar(ax=ax, rot=45)
+        ax.set_ylabel(label)
+        ax.set_xlabel("")
+        ax.legend(title="cluster", fontsize=8, loc="lower right", framealpha=0.8)
+    fig.suptitle(title)
+    _save(fig, path)
+
+
+def plot_gantt(gantt: pd.DataFrame, path: str | os.PathLike, title: str = "",
+               transfers: pd.DataFrame | None = None) -> None:
+    """Ops as bars per device over time (from `SimResult.gantt`), transfers on a row per sender."""
+    devices = sorted(gantt["device"].unique())
+    rows = devices + ([f"{d} send" for d in devices] if transfers is not None else [])
+    fig, ax = plt.subplots(figsize=(12, 0.5 * len(rows) + 1.5))
+    colors = {t: plt.cm.tab20(i % 20) for i, t in enumerate(sorted(gantt["type"].unique()))}
+    for y, dev in enumerate(devices):
+        ops = gantt[(gantt["device"] == dev) & (gantt["end_us"] > gantt["start_us"])]
+        ax.broken_barh(list(zip(ops["start_us"] / 1e3, (ops["end_us"] - ops["start_us"]) / 1e3)), (y - 0.4, 0.8),
+                       facecolors=[colors[t] for t in ops["type"]])
+    if transfers is not None:
+        for y, dev in enumerate(devices, start=len(devices)):
+            xs = transfers[transfers["src"] == dev]
+            ax.broken_barh(list(zip(xs["start_us"] / 1e3, (xs["end_us"] - xs["start_us"]) / 1e3)),
+                           (y - 0.4, 0.8), facecolors="grey")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel("time (ms)")
+    ax.set_title(title)
+    _save(fig, path)
