@@ -97,6 +97,13 @@ class MemoryBudget:
             return np.array([self.group_device[g]])
         return np.flatnonzero(self.group_bytes[g] <= self.free)
 
+    def allowed_matrix(self, ops: np.ndarray) -> np.ndarray:
+        """bool[len(ops), n_devices]: `allowed` for many ops at once."""
+        g = self.group[ops]
+        pinned = self.group_device[g][:, None]
+        return np.where(pinned >= 0, pinned == np.arange(len(self.free)),
+                        self.group_bytes[g][:, None] <= self.free)
+
     def assign(self, op: int, device: int) -> None:
         g = self.group[op]
         if self.group_device[g] < 0:
@@ -109,8 +116,15 @@ class MemoryBudget:
         g = self.group[op]
         return PlacementError(
             f"no device has room for op {self.graph.ops[op].name!r} (with its colocation group: "
-            f"{self.group_bytes[g] / 1e9:.3f} GB); free memory per device: "
-            + ", ".join(f"{d.name} {f / 1e9:.3f} GB" for d, f in zip(self.cluster.devices, self.free)))
+            f"{format_bytes(self.group_bytes[g])}); free memory per device: "
+            + ", ".join(f"{d.name} {format_bytes(f)}" for d, f in zip(self.cluster.devices, self.free)))
+
+
+def format_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
 
 
 def group_order(graph: OpGraph) -> np.ndarray:

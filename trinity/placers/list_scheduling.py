@@ -1,21 +1,25 @@
 """Memory-constrained Earliest Task First list scheduling, shared by m-ETF and m-SCT.
 
-Classic ETF (Hwang et al. 1989) as Baechi's m-ETF uses it: among all ready
-ops (every predecessor scheduled) and every device the op may use, schedule
-the (op, device) pair that can start earliest. An op can start on device d
-once d is free and every input has arrived: a predecessor's finish time,
-plus the transfer time of the edge's bytes when the predecessor sits on
-another device (control edges move nothing and cost no transfer). Ties go
-to the op earlier in topological order, then to the lower device index.
+ETF (Hwang et al. 1989) as Baechi's m-ETF uses it: among all ready ops
+(every predecessor scheduled) and every device the op may use, schedule the
+(op, device) pair that can start earliest. An op can start on device d once
+d is free and every input is on d. Ties go to the op earlier in topological
+order, then to the lower device index.
+
+Communication model. With ``contention=True`` (the default) the estimate
+follows the simulator's semantics: a tensor is sent once to each device
+that reads it, and each device sends one tensor at a time, so an input from
+device s arrives at ``max(producer end, s's sender free) + latency +
+bytes / bandwidth`` unless it is already on d. Textbook ETF
+(``contention=False``) lets every edge start its own transfer when its
+producer ends; it underestimates transfers badly when many small tensors
+leave one device (GNMT on 134 us links), so it is kept for comparison only.
 
 Memory and colocation follow `MemoryBudget`: an op whose group is already
 placed may only join it; otherwise only devices with room for its whole
 group are candidates. An op with no candidate fails the placement at once,
-since free memory only shrinks.
-
-Simplifications against Baechi's event-driven scheduler: no link
-contention (every transfer starts when its producer finishes), one
-transfer per edge, and no insertion into idle gaps of a device's timeline.
+since free memory only shrinks. No insertion into idle gaps of a device's
+timeline (Baechi's scheduler does not either).
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from __future__ import annotations
 import numpy as np
 
 from trinity.cluster import Cluster
+from trinity.costs import op_times
 from trinity.graph.ir import OpGraph
 from trinity.placers.base import MemoryBudget
-from trinity.sim.costs import op_times
 
 
-def list_schedule(graph: OpGraph, cluster: Cluster, favorite_parent: np.ndarray | None = None) -> np.ndarray:
+def list_schedule(graph: OpGraph, cluster: Cluster, favorite_parent: np.ndarray | None = None,
+                  *, contention: bool = True) -> np.ndarray:
     """Place ``graph`` by ETF list scheduling; return int64[n_ops] device indices.
 
     ``favorite_parent[j] = i`` (or -1) restricts ready op j to the device of
@@ -42,28 +47,31 @@ def list_schedule(graph: OpGraph, cluster: Cluster, favorite_parent: np.ndarray 
     pos = np.empty(n, np.int64)
     pos[graph.topological_order()] = np.arange(n)
 
-    # Out-edges as CSR so a finished op updates its successors in one vectorised step.
+    # In-edges grouped by consumer (CSR): producer, tensor id (-1 for control), bytes.
+    by_dst = np.argsort(a.dst, kind="stable")
+    in_start = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(a.dst, minlength=n), out=in_start[1:])
+    in_src = a.src[by_dst]
+    in_tensor = np.where(a.src_output >= 0, a.tensor_offset[a.src] + a.src_output, -1)[by_dst]
+    in_bytes = a.edge_bytes[by_dst].astype(np.float64)
+    in_data = in_tensor >= 0
+    succ_count = np.bincount(a.src, minlength=n)
     by_src = np.argsort(a.src, kind="stable")
     out_start = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(a.src, minlength=n), out=out_start[1:])
+    np.cumsum(succ_count, out=out_start[1:])
     out_dst = a.dst[by_src]
-    out_bytes = a.edge_bytes[by_src].astype(np.float64)
-    out_data = a.src_output[by_src] >= 0
 
     remaining = np.bincount(a.dst, minlength=n)  # unscheduled in-edges per op
-    data_ready = np.zeros((n, n_dev))  # when all inputs of op could be on each device
+    on_device = np.full((len(a.tensor_bytes), n_dev), np.inf)  # when each tensor is on each device
+    finish = np.zeros(n)
     device_free = np.zeros(n_dev)
+    sender_free = np.zeros(n_dev)
     placement = np.full(n, -1, np.int64)
-    devices = np.arange(n_dev)
 
     ready = np.flatnonzero(remaining == 0)
-    ready = ready[np.argsort(pos[ready])]
     while len(ready):
-        # Devices each ready op may use (MemoryBudget.allowed, vectorised over ops).
-        g = budget.group[ready]
-        pinned = budget.group_device[g]
-        allowed = np.where(pinned[:, None] >= 0, pinned[:, None] == devices,
-                           budget.group_bytes[g][:, None] <= budget.free)
+        ready = ready[np.argsort(pos[ready], kind="stable")]
+        allowed = budget.allowed_matrix(ready)
         stuck = np.flatnonzero(~allowed.any(axis=1))
         if len(stuck):
             raise budget.no_room(int(ready[stuck[0]]))
@@ -76,26 +84,60 @@ def list_schedule(graph: OpGraph, cluster: Cluster, favorite_parent: np.ndarray 
             allowed[rows] = False
             allowed[rows, home] = True
 
-        start = np.where(allowed, np.maximum(data_ready[ready], device_free), np.inf)
+        # When all inputs of each ready op could be on each device.
+        counts = in_start[ready + 1] - in_start[ready]
+        data_ready = np.zeros((len(ready), n_dev))
+        if counts.sum():
+            first = np.repeat(in_start[ready] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+            edges = first + np.arange(counts.sum())
+            arrival = _arrival(edges, in_src, in_tensor, in_bytes, in_data, placement, finish, sender_free,
+                               on_device, cluster)
+            row = np.repeat(np.arange(len(ready)), counts)
+            np.maximum.at(data_ready, row, arrival)
+
+        start = np.where(allowed, np.maximum(data_ready, device_free), np.inf)
         # Rows are in topological order, so the first minimum honours both tie rules.
         k, d = divmod(int(np.argmin(start)), n_dev)
         op = int(ready[k])
-        finish = start[k, d] + times[op, d]
-        device_free[d] = finish
+        begin = device_free[d]
+        for e in range(in_start[op], in_start[op + 1]):
+            u = in_src[e]
+            if not in_data[e] or placement[u] == d:
+                begin = max(begin, finish[u])
+                continue
+            t = in_tensor[e]
+            if not contention:
+                begin = max(begin, finish[u] + cluster.transfer_us(placement[u], d, in_bytes[e]))
+                continue
+            if on_device[t, d] == np.inf:  # commit the transfer on the sender's queue
+                s = placement[u]
+                sent = max(finish[u], sender_free[s])
+                on_device[t, d] = sender_free[s] = sent + cluster.transfer_us(s, d, in_bytes[e])
+            begin = max(begin, on_device[t, d])
+        finish[op] = device_free[d] = begin + times[op, d]
+        on_device[a.tensor_offset[op]:a.tensor_offset[op + 1], d] = finish[op]
         placement[op] = d
         budget.assign(op, d)
 
-        lo, hi = out_start[op], out_start[op + 1]
         ready = np.delete(ready, k)
-        if hi > lo:
-            succ = out_dst[lo:hi]
-            # latency[d, d] = 0 and bandwidth[d, d] = inf, so staying on d costs nothing.
-            comm = cluster.latency[d] + out_bytes[lo:hi, None] / cluster.bandwidth[d]
-            arrival = finish + np.where(out_data[lo:hi, None], comm, 0.0)
-            np.maximum.at(data_ready, succ, arrival)
+        succ = out_dst[out_start[op]:out_start[op + 1]]
+        if len(succ):
             np.subtract.at(remaining, succ, 1)
             new = np.unique(succ[remaining[succ] == 0])
-            if len(new):
-                ready = np.concatenate([ready, new])
-                ready = ready[np.argsort(pos[ready], kind="stable")]
+            ready = np.concatenate([ready, new])
     return placement
+
+
+def _arrival(edges, in_src, in_tensor, in_bytes, in_data, placement, finish, sender_free, on_device,
+             cluster) -> np.ndarray:
+    """[len(edges), n_devices]: when each in-edge's input could be on each device."""
+    u = in_src[edges]
+    src_dev = placement[u]
+    done = finish[u][:, None]
+    # A new transfer waits for the sender (sender_free stays 0 without contention).
+    leave = np.maximum(finish[u], sender_free[src_dev])[:, None]
+    new = leave + cluster.latency[src_dev] + in_bytes[edges][:, None] / cluster.bandwidth[src_dev]
+    new[np.arange(len(edges)), src_dev] = finish[u]  # same device: ready when the producer ends
+    present = np.where(in_data[edges][:, None], on_device[np.maximum(in_tensor[edges], 0)], np.inf)
+    arrival = np.minimum(present, new)
+    return np.where(in_data[edges][:, None], arrival, done)

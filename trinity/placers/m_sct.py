@@ -40,7 +40,7 @@ from trinity.errors import PlacementError
 from trinity.graph.ir import OpGraph
 from trinity.placers.base import register
 from trinity.placers.list_scheduling import list_schedule
-from trinity.sim.costs import op_times
+from trinity.costs import op_times
 
 
 def _first_per(key: np.ndarray, order: np.ndarray) -> np.ndarray:

@@ -31,8 +31,7 @@ def place_m_topo(graph: OpGraph, cluster: Cluster) -> np.ndarray:
     share = np.minimum(budget.group_bytes.sum() / n_dev, capacity)
     placement = np.empty(graph.n_ops, np.int64)
     d = 0
-    for op in graph.topological_order():
-        op = int(op)
+    for op in graph.topological_order().tolist():
         dev = budget.pinned(op)
         if dev < 0:
             need = budget.group_bytes[budget.group[op]]

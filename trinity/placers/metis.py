@@ -25,7 +25,7 @@ from trinity.cluster import Cluster
 from trinity.errors import PlacementError
 from trinity.graph.ir import OpGraph
 from trinity.placers.base import register
-from trinity.sim.costs import op_times
+from trinity.costs import op_times
 
 
 def _scaled(values: np.ndarray, top: float = 1e6) -> np.ndarray:
@@ -36,8 +36,12 @@ def _scaled(values: np.ndarray, top: float = 1e6) -> np.ndarray:
     return np.maximum(1, np.rint(values / peak * top)).astype(np.int64)
 
 
-def _repair_memory(part: np.ndarray, group_bytes: np.ndarray, adj: sp.csr_matrix, cluster: Cluster) -> None:
-    """Move groups off over-full devices in place; raise PlacementError if stuck."""
+def _repair_memory(graph: OpGraph, cluster: Cluster, part: np.ndarray, group_bytes: np.ndarray,
+                   adj: sp.csr_matrix) -> None:
+    """Move groups off over-full devices, updating ``part`` (group -> device) in place.
+
+    Raises PlacementError when no group of an over-full device fits elsewhere.
+    """
     capacity = cluster.memory.astype(np.float64)
     used = np.bincount(part, weights=group_bytes, minlength=cluster.n_devices)
     # Groups only move onto devices with room, so the set of over-full devices only shrinks.
@@ -49,9 +53,12 @@ def _repair_memory(part: np.ndarray, group_bytes: np.ndarray, adj: sp.csr_matrix
         movable = np.flatnonzero((part == d) & (group_bytes > 0) & (group_bytes <= free[t]))
         if not len(movable):
             names = cluster.device_names
+            big = int(np.flatnonzero(part == d)[np.argmax(group_bytes[part == d])])
+            op = graph.ops[int(np.argmax(graph.arrays.group == big))]  # the group's first member
             raise PlacementError(
-                f"metis: {names[d]} holds {used[d] / 1e9:.3f} GB but has {capacity[d] / 1e9:.3f} GB, and none "
-                f"of its colocation groups fits in the {free[t] / 1e9:.3f} GB free on {names[t]}")
+                f"metis: {names[d]} holds {used[d] / 1e9:.3f} GB but has {capacity[d] / 1e9:.3f} GB, and none of "
+                f"its colocation groups fits in the {free[t] / 1e9:.3f} GB free on {names[t]}; the largest is op "
+                f"{op.name!r} with its group ({group_bytes[big] / 1e9:.3f} GB)")
         links = adj[movable]
         added_cut = links @ (part == d).astype(np.float64) - links @ (part == t).astype(np.float64)
         g = int(movable[np.argmin(added_cut / group_bytes[movable])])
@@ -93,5 +100,5 @@ def place_metis(graph: OpGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
             options=pymetis.Options(seed=seed))
         part = np.asarray(result.vertex_part, np.int64)
 
-    _repair_memory(part, group_bytes, adj, cluster)
+    _repair_memory(graph, cluster, part, group_bytes, adj)
     return part[a.group]

@@ -24,7 +24,7 @@ and `fast.py` the compiled one the search uses):
   A device is out of memory when its peak exceeds its capacity.
 """
 
-from trinity.sim.costs import op_times
+from trinity.costs import op_times
 from trinity.sim.fast import Simulator
 from trinity.sim.reference import simulate_reference
 from trinity.sim.result import SimResult, lower_bound

@@ -16,7 +16,7 @@ import numpy as np
 from trinity.cluster import Cluster
 from trinity.graph.ir import OpGraph
 from trinity.placement import check_placement
-from trinity.sim.costs import op_times
+from trinity.costs import op_times
 from trinity.sim.result import SimResult, lower_bound
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from trinity.cluster import Cluster
 from trinity.graph.ir import OpGraph
-from trinity.sim.costs import op_times
+from trinity.costs import op_times
 from trinity.sim.result import SimResult, lower_bound
 
 
