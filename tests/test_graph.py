@@ -31,7 +31,7 @@ def test_arrays_and_derived_quantities():
     assert list(a.edge_bytes) == [400, 800, 800, 8, 0]  # control edge moves nothing
     assert list(a.tensor_offset) == [0, 1, 2, 3, 5, 6]
     assert a.group[1] == a.group[2] and a.n_groups == 4
-    assert list(g.static_memory()) == [400, 1600, 800, 272, 4]
+    assert list(g.static_memory()) == [400, 800, 800, 272, 4]  # w's output is its storage
     assert list(g.topological_order()) == [0, 1, 2, 3, 4]
     assert g.colocation_groups() == {"w": ["w", "read"]}
 

@@ -20,7 +20,7 @@ def both(graph, cluster, placement):
 
 def test_chain_across_two_devices():
     # a (10 us, 2000 B out) on d0 -> b (5 us) on d1; link: 2 us + 2000 B / 1000 B/us = 4 us.
-    g = OpGraph([Op("a", "A", 10.0, output_bytes=(2000,), temporary_bytes=100, persistent_bytes=500),
+    g = OpGraph([Op("a", "A", 10.0, output_bytes=(2000,), temporary_bytes=100),
                  Op("b", "B", 5.0, output_bytes=(700,), temporary_bytes=300)],
                 [Edge("a", "b", 0)])
     for res in both(g, make_cluster(2), [0, 1]):
@@ -28,9 +28,9 @@ def test_chain_across_two_devices():
         assert list(res.op_start) == [0.0, 14.0]
         assert list(res.sent_bytes) == [2000, 0] and list(res.received_bytes) == [0, 2000]
         assert res.peak_comm_bytes == 2000
-        # d0: persistent 500 + a's scratch 100 + a's output 2000 (live until the transfer ends)
+        # d0: a's scratch 100 + a's output 2000 (live until the transfer ends)
         # d1: received copy 2000 + b's scratch 300 + b's output 700, all live at t=14
-        assert list(res.peak_memory_bytes) == [2600, 3000]
+        assert list(res.peak_memory_bytes) == [2100, 3000]
         assert list(res.busy_us) == [10.0, 5.0]
         assert list(res.transfers[0]) == [0, 0, 0, 1, 2000, 10.0, 14.0]
 
@@ -46,6 +46,16 @@ def test_tensor_sent_once_per_device_and_sender_is_serial():
         assert list(res.op_start) == [0.0, 14.0, 19.0, 18.0]
         assert res.step_time_us == 20.0
         assert res.peak_comm_bytes == 4000
+
+
+def test_variable_output_is_its_persistent_storage():
+    # v holds 1000 persistent bytes and outputs them; r reads it locally, s on another device.
+    g = OpGraph([Op("v", "VariableV2", 0.0, output_bytes=(1000,), persistent_bytes=1000),
+                 Op("r", "Identity", 1.0, output_bytes=(10,)), Op("s", "Identity", 1.0, output_bytes=(10,))],
+                [Edge("v", "r", 0), Edge("v", "s", 0)])
+    for res in both(g, make_cluster(2), [0, 0, 1]):
+        assert list(res.peak_memory_bytes) == [1010, 1010]  # storage + r's output; received copy + s's output
+        assert list(res.sent_bytes) == [1000, 0]
 
 
 def test_one_device_runs_ops_one_at_a_time_in_ready_order():

@@ -255,6 +255,7 @@ class OpGraph:
         a = self.arrays
         owner = np.repeat(np.arange(self.n_ops), np.diff(a.tensor_offset))
         outputs = np.bincount(owner, weights=a.tensor_bytes, minlength=self.n_ops).astype(np.int64)
+        outputs[a.persistent_bytes > 0] = 0  # a variable's output is its persistent storage
         return a.persistent_bytes + outputs + a.temporary_bytes
 
     def to_networkx(self):

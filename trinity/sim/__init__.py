@@ -19,7 +19,9 @@ and `fast.py` the compiled one the search uses):
   live buffers, each live over [alloc, free): an op's scratch bytes while it
   runs; its outputs from its start until the last local reader ends and
   every transfer of them has arrived (or its end, if nobody reads them); a
-  received copy from the transfer's start until its last reader ends.
+  received copy from the transfer's start until its last reader ends. The
+  outputs of an op that holds persistent bytes (a variable, a parameter)
+  are that storage, so they add nothing on its own device.
 * Peak communication = the largest per-device sent + received bytes.
   A device is out of memory when its peak exceeds its capacity.
 """

@@ -40,11 +40,14 @@ class Simulator:
         owner = np.repeat(np.arange(graph.n_ops), np.diff(a.tensor_offset))
         tensor = np.where(a.src_output >= 0, a.tensor_offset[a.src] + a.src_output, -1).astype(np.int64)
         tensor_bytes = a.tensor_bytes.astype(np.float64)
+        # Outputs of ops that hold persistent bytes (variables, parameters) are that storage:
+        # they take no extra memory on their own device, only as copies elsewhere.
+        local_bytes = np.where(a.persistent_bytes[owner] > 0, 0.0, tensor_bytes)
         # Edge endpoints laid out in the order the event loop walks them (by producer, by
         # consumer), so it reads memory sequentially instead of chasing edge ids.
         self._static = (
-            np.bincount(owner, weights=tensor_bytes, minlength=graph.n_ops),  # output bytes per op
-            tensor_bytes, owner.astype(np.int64), a.tensor_offset,
+            np.bincount(owner, weights=local_bytes, minlength=graph.n_ops),  # new output bytes per op
+            tensor_bytes, local_bytes, owner.astype(np.int64), a.tensor_offset,
             a.persistent_bytes.astype(np.float64), a.temporary_bytes.astype(np.float64),
             np.bincount(a.dst, minlength=graph.n_ops).astype(np.int64),
             out_ptr, a.dst[out_edges], tensor[out_edges],
@@ -76,7 +79,7 @@ class Simulator:
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _simulate(dev, times, output_total, tensor_bytes, tensor_owner, tensor_offset, persistent, temporary, indegree,
+def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent, temporary, indegree,
               out_ptr, out_dst, out_tensor, in_ptr, in_src, in_tensor, bandwidth, latency):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
@@ -219,7 +222,7 @@ def _simulate(dev, times, output_total, tensor_bytes, tensor_owner, tensor_offse
             live[du] -= temporary[u]
             for t in range(tensor_offset[u], tensor_offset[u + 1]):
                 if local_refs[t] == 0:  # output nobody reads
-                    live[du] -= tensor_bytes[t]
+                    live[du] -= local_bytes[t]
             for k in range(in_ptr[u], in_ptr[u + 1]):  # release inputs
                 t = in_tensor[k]
                 if t < 0:
@@ -228,7 +231,7 @@ def _simulate(dev, times, output_total, tensor_bytes, tensor_owner, tensor_offse
                 if dev[w] == du:
                     local_refs[t] -= 1
                     if local_refs[t] == 0:
-                        live[du] -= tensor_bytes[t]
+                        live[du] -= local_bytes[t]
                 else:
                     remote_refs[t * n_dev + du] -= 1
                     if remote_refs[t * n_dev + du] == 0:
@@ -269,7 +272,7 @@ def _simulate(dev, times, output_total, tensor_bytes, tensor_owner, tensor_offse
             recv[dd] += tensor_bytes[t]
             local_refs[t] -= 1
             if local_refs[t] == 0:
-                live[ds] -= tensor_bytes[t]
+                live[ds] -= local_bytes[t]
             for k in range(out_ptr[u], out_ptr[u + 1]):
                 v = out_dst[k]
                 if out_tensor[k] == t and dev[v] == dd:

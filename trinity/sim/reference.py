@@ -101,7 +101,9 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
         buffers.append((dev[u], start[u], end[u], op.temporary_bytes))
         for k, nbytes in enumerate(op.output_bytes):
             users = [end[v] for v, kk in out_edges[u] if kk == k and dev[v] == dev[u]]
-            buffers.append((dev[u], start[u], max([end[u]] + users + sent_until.get((u, k), [])), nbytes))
+            # A variable's output is its persistent storage: no extra bytes on its own device.
+            own_bytes = 0 if op.persistent_bytes > 0 else nbytes
+            buffers.append((dev[u], start[u], max([end[u]] + users + sent_until.get((u, k), [])), own_bytes))
     for (u, k, d), x in transfers.items():
         users = [end[v] for v, kk in out_edges[u] if kk == k and dev[v] == d]
         buffers.append((d, x["start"], max(users), x["bytes"]))

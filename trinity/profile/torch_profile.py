@@ -1,0 +1,106 @@
+"""Measure per-op times of an exported PyTorch graph by running it for real.
+
+The model named in ``graph.meta`` is re-traced (same seed, batch and options,
+so node names match) and the traced graph is executed node by node with a
+timer around each ATen call. Steps alternate with untimed whole-step runs, so
+drift on this noisy machine hits both alike; medians are reported. Times
+are taken with the default backends (oneDNN on, as a user would run), on the
+graph traced with oneDNN off.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import fx
+from tqdm import tqdm
+
+from trinity.errors import TrinityError
+from trinity.graph.ir import OpGraph
+from trinity.graph.torch_export import build_torch_model, op_nodes, op_type, trace_training_step
+
+
+class _Timer(fx.Interpreter):
+    """Runs the graph node by node, appending each ATen call's time (ns) to ``times``."""
+
+    def __init__(self, gm: fx.GraphModule, names: set[str]):
+        super().__init__(gm)
+        self.names = names
+        self.times: dict[str, list[int]] = {name: [] for name in names}
+
+    def run_node(self, n: fx.Node) -> Any:
+        if n.name not in self.names or n.op != "call_function":
+            return super().run_node(n)
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        start = time.perf_counter_ns()
+        out = n.target(*args, **kwargs)
+        self.times[n.name].append(time.perf_counter_ns() - start)
+        return out
+
+
+def profile_torch(graph: OpGraph, name: str | None = None, *, steps: int = 10, warmup: int = 3, threads: int = 2,
+                  progress: bool = True) -> tuple[OpGraph, dict]:
+    """Time every op of ``graph`` (exported by `export_torch_model`); ``name`` overrides ``graph.meta['model']``.
+
+    Returns the graph with ``compute_us`` = median time per op (placeholders 0)
+    and a report: median step time without per-op timers, the sum of per-op
+    medians, their ratio and the number of ops timed.
+    """
+    model_name = name or graph.meta.get("model")
+    if graph.meta.get("framework") != "torch" or not model_name:
+        raise TrinityError("not a graph exported from a registered PyTorch model (meta.framework/model)",
+                           source=graph.name, field="meta")
+    if steps < 1 or warmup < 0 or threads < 1:
+        raise TrinityError(f"need steps >= 1, warmup >= 0, threads >= 1; got {steps}, {warmup}, {threads}",
+                           source=graph.name, field="profile")
+    model, batch, options = build_torch_model(model_name, graph.meta.get("batch_size"),
+                                              **graph.meta.get("options", {}))
+    traced = trace_training_step(model.module, model.example_inputs, model.targets, model.loss_fn,
+                                 name=model_name, lr=graph.meta.get("lr", 0.01))
+    nodes = op_nodes(traced.gm)
+    fresh = [(n.name, op_type(n, traced.placeholders)) for n in nodes]
+    if fresh != [(op.name, op.type) for op in graph.ops]:
+        differ = next((f"{a} vs {b}" for a, b in zip(fresh, ((o.name, o.type) for o in graph.ops)) if a != b),
+                      f"{len(fresh)} ops vs {graph.n_ops}")
+        raise TrinityError(f"re-traced {model_name!r} does not match the graph (first difference: {differ}); "
+                           "export it again with this torch version", source=graph.name, field="ops")
+
+    timer = _Timer(traced.gm, {n.name for n in nodes if n.op == "call_function"})
+    args = [a.detach().clone() for a in traced.args]
+    step_ns: list[int] = []
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            for i in tqdm(range(warmup + steps), desc=f"profile {model_name}", disable=not progress):
+                if i == warmup:
+                    timer.times = {k: [] for k in timer.times}
+                timer.run(*args)
+                start = time.perf_counter_ns()
+                traced.gm(*args)
+                if i >= warmup:
+                    step_ns.append(time.perf_counter_ns() - start)
+    finally:
+        torch.set_num_threads(old_threads)
+
+    median_us = {k: statistics.median(v) / 1e3 for k, v in timer.times.items()}
+    ops = [replace(op, compute_us=median_us.get(op.name, 0.0)) for op in graph.ops]
+    step_us = statistics.median(step_ns) / 1e3
+    sum_us = sum(median_us.values())
+    report = {
+        "model": model_name,
+        "batch_size": batch,
+        "options": options,
+        "steps": steps,
+        "warmup": warmup,
+        "threads": threads,
+        "step_us_median": step_us,
+        "sum_op_us_median": sum_us,
+        "ratio_sum_to_step": sum_us / step_us,
+        "ops_timed": len(median_us),
+    }
+    return OpGraph(ops, graph.edges, name=graph.name, meta={**graph.meta, "profile": report}), report
