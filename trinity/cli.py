@@ -117,6 +117,57 @@ def cmd_compare(args) -> None:
         plot_comparison(table, args.plot, title=f"{g.name}: {g.n_ops} ops")
 
 
+def _options(pairs: list[str] | None) -> dict:
+    """``key=value`` strings to a dict, values parsed as YAML scalars (ints, floats, bools)."""
+    import yaml
+
+    options = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise TrinityError(f"expected key=value, got {pair!r}", field="--option")
+        options[key] = yaml.safe_load(value)
+    return options
+
+
+def cmd_models(args) -> None:
+    from trinity.models import known_models, model_spec
+
+    rows = []
+    for name in known_models():
+        spec = model_spec(name)
+        ops, edges = spec.paper_table3 or ("-", "-")
+        rows.append({"model": name, "framework": spec.framework, "batch": spec.default_batch,
+                     "paper_ops": ops, "paper_edges": edges, "description": spec.description})
+    print(pd.DataFrame(rows).to_string(index=False))
+
+
+def cmd_export(args) -> None:
+    import time
+
+    from trinity.export import export_model
+    from trinity.models import model_spec
+
+    spec = model_spec(args.model)
+    out = args.out or f"{args.model}.json.gz"
+    t0 = time.perf_counter()
+    g = export_model(args.model, out, args.batch, **_options(args.option))
+    paper = f" (paper's Table 3: {spec.paper_table3[0]} ops, {spec.paper_table3[1]} edges)" if spec.paper_table3 else ""
+    print(f"wrote {out}: {g.n_ops} ops, {g.n_edges} edges{paper} in {time.perf_counter() - t0:.1f} s")
+
+
+def cmd_profile(args) -> None:
+    from trinity.export import profile_graph
+
+    out = args.out or args.graph
+    speedups = {k: float(v) for k, v in _options(args.kind_speedup).items()}
+    g, report = profile_graph(args.graph, out, steps=args.steps, warmup=args.warmup, threads=args.threads,
+                              progress=sys.stderr.isatty(), kind_speedups=speedups)
+    for k, v in report.items():
+        print(f"{k:>28}: {v}")
+    print(f"wrote {out}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trinity", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,6 +180,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("graph")
     p.add_argument("out")
     p.set_defaults(fn=cmd_convert)
+
+    p = sub.add_parser("models", help="list exportable models")
+    p.set_defaults(fn=cmd_models)
+
+    p = sub.add_parser("export", help="export a model's training step to an OpGraph")
+    p.add_argument("model")
+    p.add_argument("--batch", type=int, help="batch size (default: the model's, as in the paper)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="model option, repeatable")
+    p.add_argument("--out", help="output file (default MODEL.json.gz)")
+    p.set_defaults(fn=cmd_export)
+
+    p = sub.add_parser("profile", help="run an exported graph here and record per-op costs")
+    p.add_argument("graph")
+    p.add_argument("--out", help="output file (default: update GRAPH in place)")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--kind-speedup", action="append", metavar="KIND=X",
+                   help="also cost ops for device kind KIND, X times faster than this machine (repeatable)")
+    p.set_defaults(fn=cmd_profile)
 
     p = sub.add_parser("clusters", help="list cluster presets")
     p.set_defaults(fn=cmd_clusters)
