@@ -1,0 +1,1 @@
+"""Learned placement: the two-level policy, PPO (Trinity) and REINFORCE (Hierarchical)."""

@@ -1,0 +1,50 @@
+"""The policy-gradient maths, kept apart from networks and loops so it can be checked by hand.
+
+* `EMABaseline`: b <- decay * b + (1 - decay) * mean(R), starting at the first batch's mean.
+* `ppo_loss`: PPO's clipped surrogate on advantages A = R - b (Schulman et al. 2017):
+  L = -mean(min(r A, clip(r, 1 - eps, 1 + eps) A)), r = exp(logp_new - logp_old),
+  with CleanRL's diagnostics approx_kl = mean((r - 1) - log r) and clipfrac.
+  The mean runs over whatever is passed: the search passes one entry per
+  decision of a strategy (as token-level PPO does for sequences), since the
+  ratio of a joint probability over hundreds of decisions leaves [1-eps, 1+eps]
+  after the smallest update.
+* `reinforce_loss`: L = -mean(A * logp) (Williams 1992), as Hierarchical uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class EMABaseline:
+    decay: float = 0.9
+    value: float | None = None
+
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        """R - b against the baseline before this batch, then fold the batch into b."""
+        mean = float(rewards.mean())
+        if self.value is None:
+            self.value = mean
+        adv = rewards - self.value
+        self.value = self.decay * self.value + (1.0 - self.decay) * mean
+        return adv
+
+
+def ppo_loss(logp_new: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor,
+             clip: float = 0.2) -> tuple[torch.Tensor, dict[str, float]]:
+    log_ratio = logp_new - logp_old
+    ratio = log_ratio.exp()
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
+    loss = -torch.min(unclipped, clipped).mean()
+    with torch.no_grad():
+        stats = {"approx_kl": float(((ratio - 1) - log_ratio).mean()),
+                 "clipfrac": float(((ratio - 1.0).abs() > clip).float().mean())}
+    return loss, stats
+
+
+def reinforce_loss(logp: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    return -(advantages * logp).mean()

@@ -1,0 +1,216 @@
+"""Trinity's two-level placement policy: partition ops into groups, schedule groups on devices.
+
+The unit of placement is a colocation group (an op alone is its own unit),
+so a sampled strategy can never split a group TensorFlow would keep
+together.
+
+Partition network (per unit): a feed-forward net, hidden 64 and 128 with
+30% dropout between, over [mean op-type embedding, mean op features],
+ending in a softmax over k groups.
+
+Group embedding (per sampled partition): mean op-type embedding of the
+group's ops, mean Z-scored log output size and compute, the group's share
+of all compute, and the k-long 0/1 vector of groups it exchanges data with.
+
+Schedule network (seq2seq): a 2-layer LSTM encoder (hidden 256) over the k
+group embeddings; a 2-layer LSTM decoder whose input at step g is the
+trainable embedding of the device chosen for group g-1; Luong attention on
+the encoder states; device logits u squashed as C * tanh(u / T) (C = 5,
+T = 10) before the softmax. Luong attention without input feeding lets the
+log-probability of a given strategy be computed in one parallel pass,
+which PPO's repeated epochs need; sampling decodes step by step.
+
+Dropout is active only in training passes: strategies are sampled, and
+their old log-probabilities evaluated, with the deterministic network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from trinity.features import OpFeatures
+from trinity.graph.ir import OpGraph
+
+
+@dataclass
+class PolicyConfig:
+    num_groups: int = 256  #: k
+    type_embedding: int = 16
+    partition_hidden: tuple[int, int] = (64, 128)
+    dropout: float = 0.3
+    lstm_hidden: int = 256
+    lstm_layers: int = 2
+    group_projection: int = 64  #: group embeddings are projected to this size before the encoder
+    device_embedding: int = 32
+    logit_scale: float = 5.0  #: C in C * tanh(u / T)
+    logit_temperature: float = 10.0  #: T
+
+
+@dataclass
+class Strategy:
+    """A batch of sampled strategies: unit -> group and group -> device."""
+
+    groups: torch.Tensor  # int64[B, U]
+    devices: torch.Tensor  # int64[B, k]
+    #: [B, U + k] log-probability of each decision under the noise-free policy that sampled it
+    logp: torch.Tensor | None = None
+
+    def placements(self, unit_of_op: np.ndarray) -> np.ndarray:
+        """int64[B, N] device of every op."""
+        unit_device = torch.gather(self.devices, 1, self.groups).numpy()
+        return unit_device[:, unit_of_op]
+
+
+class UnitGraph:
+    """The graph as the policy sees it: units (colocation groups), their features and links."""
+
+    def __init__(self, graph: OpGraph, features: OpFeatures):
+        a = graph.arrays
+        self.unit_of_op = a.group.astype(np.int64)
+        self.n_units = a.n_groups
+        counts = np.bincount(self.unit_of_op, minlength=self.n_units).astype(np.float32)
+        numeric = np.zeros((self.n_units, features.numeric.shape[1]), np.float32)
+        np.add.at(numeric, self.unit_of_op, features.numeric)
+        self.numeric = torch.from_numpy(numeric / counts[:, None])
+        self.op_count = torch.from_numpy(counts)
+        times = np.array([op.compute_us or 0.0 for op in graph.ops])
+        share = np.bincount(self.unit_of_op, weights=times, minlength=self.n_units)
+        self.compute_share = torch.from_numpy((share / max(share.sum(), 1e-12)).astype(np.float32))
+        # Op types as an EmbeddingBag input: ops sorted by unit, with offsets.
+        order = np.argsort(self.unit_of_op, kind="stable")
+        self.type_ids = torch.from_numpy(features.type_ids[order])
+        self.type_offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64))
+        # Unit pairs joined by a data edge (for the group adjacency vector).
+        su, du = self.unit_of_op[a.src], self.unit_of_op[a.dst]
+        cross = su != du
+        pairs = np.unique(np.stack([su[cross], du[cross]], axis=1), axis=0) if cross.any() else np.zeros((0, 2))
+        self.links = torch.from_numpy(pairs.astype(np.int64))
+
+
+class PlacementPolicy(nn.Module):
+    def __init__(self, unit_graph: UnitGraph, n_devices: int, vocabulary_size: int, cfg: PolicyConfig):
+        super().__init__()
+        self.ug, self.cfg, self.n_devices = unit_graph, cfg, n_devices
+        k = cfg.num_groups
+        self.type_embedding = nn.EmbeddingBag(vocabulary_size, cfg.type_embedding, mode="mean")
+        h1, h2 = cfg.partition_hidden
+        self.partition = nn.Sequential(
+            nn.Linear(cfg.type_embedding + unit_graph.numeric.shape[1], h1), nn.ReLU(), nn.Dropout(cfg.dropout),
+            nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, k))
+        group_features = cfg.type_embedding + unit_graph.numeric.shape[1] + 1 + k
+        # The k-long adjacency dominates the group embedding; a linear projection keeps the
+        # encoder's recurrent input small (the LSTM is the cost of every update on a CPU).
+        self.project = nn.Linear(group_features, cfg.group_projection)
+        self.encoder = nn.LSTM(cfg.group_projection, cfg.lstm_hidden, cfg.lstm_layers, batch_first=True)
+        self.decoder = nn.LSTM(cfg.device_embedding, cfg.lstm_hidden, cfg.lstm_layers, batch_first=True)
+        self.device_embedding = nn.Embedding(n_devices + 1, cfg.device_embedding)  # last row: <go>
+        self.attention = nn.Linear(cfg.lstm_hidden, cfg.lstm_hidden, bias=False)
+        self.combine = nn.Linear(2 * cfg.lstm_hidden, cfg.lstm_hidden)
+        self.device_logits = nn.Linear(cfg.lstm_hidden, n_devices)
+
+    # ------------------------------------------------------------- partition
+    def unit_inputs(self) -> torch.Tensor:
+        types = self.type_embedding(self.ug.type_ids, self.ug.type_offsets)
+        return torch.cat([types, self.ug.numeric], dim=1)
+
+    def partition_logits(self) -> torch.Tensor:
+        return self.partition(self.unit_inputs())  # [U, k]
+
+    # ------------------------------------------------------------- groups
+    def group_embeddings(self, groups: torch.Tensor) -> torch.Tensor:
+        """[B, k, F] embeddings of the groups of each sampled partition."""
+        b, k = groups.shape[0], self.cfg.num_groups
+        inputs = self.unit_inputs()  # [U, F0]
+        weight = self.ug.op_count  # units weigh by their op count in group means
+        f0 = inputs.shape[1]
+        sums = torch.zeros(b, k, f0).scatter_add(1, groups[:, :, None].expand(-1, -1, f0), (inputs * weight[:, None])[None].expand(b, -1, -1))
+        counts = torch.zeros(b, k).scatter_add(1, groups, weight[None].expand(b, -1))
+        means = sums / counts.clamp(min=1)[:, :, None]
+        share = torch.zeros(b, k).scatter_add(1, groups, self.ug.compute_share[None].expand(b, -1))
+        adjacency = torch.zeros(b, k * k)
+        if len(self.ug.links):
+            g_src, g_dst = groups[:, self.ug.links[:, 0]], groups[:, self.ug.links[:, 1]]
+            adjacency.scatter_(1, g_src * k + g_dst, 1.0)
+            adjacency.scatter_(1, g_dst * k + g_src, 1.0)
+        adjacency = adjacency.view(b, k, k) * (1 - torch.eye(k))
+        return torch.cat([means, share[:, :, None], adjacency], dim=2)
+
+    # ------------------------------------------------------------- schedule
+    def _squash(self, u: torch.Tensor) -> torch.Tensor:
+        return self.cfg.logit_scale * torch.tanh(u / self.cfg.logit_temperature)
+
+    def _attend(self, dec: torch.Tensor, enc: torch.Tensor) -> torch.Tensor:
+        scores = torch.bmm(self.attention(dec), enc.transpose(1, 2))  # [B, T, k]
+        context = torch.bmm(F.softmax(scores, dim=2), enc)
+        return self.device_logits(torch.tanh(self.combine(torch.cat([context, dec], dim=2))))
+
+    def schedule_logits(self, group_emb: torch.Tensor, devices: torch.Tensor) -> torch.Tensor:
+        """[B, k, D] squashed logits of each group's device given the devices chosen before it."""
+        enc, state = self.encoder(self.project(group_emb))
+        go = torch.full((devices.shape[0], 1), self.n_devices, dtype=torch.long)
+        dec, _ = self.decoder(self.device_embedding(torch.cat([go, devices[:, :-1]], dim=1)), state)
+        return self._squash(self._attend(dec, enc))
+
+    # ------------------------------------------------------------- sampling
+    @torch.no_grad()
+    def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0) -> Strategy:
+        """Sample ``batch`` strategies; ``noise`` adds U(-noise, noise) to every logit (exploration)."""
+        was_training = self.training
+        self.eval()
+        logits = self.partition_logits()
+        groups = _sample(logits[None].expand(batch, -1, -1), generator, noise)
+        logp = [F.log_softmax(logits, dim=1)[None].expand(batch, -1, -1).gather(2, groups[:, :, None])[:, :, 0]]
+        enc, state = self.encoder(self.project(self.group_embeddings(groups)))
+        keys = torch.matmul(enc, self.attention.weight)  # (W dec) . enc = dec . (W^T enc), for every step
+        prev = torch.full((batch,), self.n_devices, dtype=torch.long)
+        cells = _cells(self.decoder)
+        h = [x for x in state[0]]
+        c = [x for x in state[1]]
+        chosen = []
+        for g in range(self.cfg.num_groups):
+            x = self.device_embedding(prev)
+            for layer, cell in enumerate(cells):
+                h[layer], c[layer] = cell(x, (h[layer], c[layer]))
+                x = h[layer]
+            weights = F.softmax(torch.bmm(keys, x[:, :, None])[:, :, 0], dim=1)
+            context = torch.bmm(weights[:, None], enc)[:, 0]
+            u = self.device_logits(torch.tanh(self.combine(torch.cat([context, x], dim=1))))
+            prev = _sample(self._squash(u), generator, noise)
+            chosen.append(prev[:, None])
+            logp.append(F.log_softmax(self._squash(u), dim=1).gather(1, prev[:, None]))
+        self.train(was_training)
+        return Strategy(groups, torch.cat(chosen, dim=1), torch.cat(logp, dim=1))
+
+    def log_prob(self, strategy: Strategy) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability of every decision, [B, U + k] (units' groups, then groups' devices),
+        and the mean per-decision entropy."""
+        part = F.log_softmax(self.partition_logits(), dim=1)  # [U, k]
+        logp_part = part[None].expand(strategy.groups.shape[0], -1, -1).gather(2, strategy.groups[:, :, None])
+        sched = F.log_softmax(self.schedule_logits(self.group_embeddings(strategy.groups), strategy.devices), dim=2)
+        logp_sched = sched.gather(2, strategy.devices[:, :, None])
+        entropy = -(part.exp() * part).sum(1).mean() - (sched.exp() * sched).sum(2).mean()
+        return torch.cat([logp_part[:, :, 0], logp_sched[:, :, 0]], dim=1), entropy
+
+
+def _cells(lstm: nn.LSTM) -> list[nn.LSTMCell]:
+    """LSTMCells sharing ``lstm``'s weights, for step-by-step decoding without nn.LSTM's per-call overhead."""
+    cells = []
+    for layer in range(lstm.num_layers):
+        cell = nn.LSTMCell(lstm.input_size if layer == 0 else lstm.hidden_size, lstm.hidden_size)
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            setattr(cell, name, getattr(lstm, f"{name}_l{layer}"))
+        cells.append(cell)
+    return cells
+
+
+def _sample(logits: torch.Tensor, generator: torch.Generator, noise: float) -> torch.Tensor:
+    if noise > 0:
+        logits = logits + (torch.rand(logits.shape, generator=generator) * 2 - 1) * noise
+    probs = F.softmax(logits, dim=-1)
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])

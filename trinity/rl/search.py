@@ -1,0 +1,297 @@
+"""The placement search loop: sample strategies, simulate, reward, update; checkpoint and resume.
+
+Read top to bottom like CleanRL's ppo.py. One iteration samples a batch of
+strategies from the policy, scores each with the simulator and the reward,
+and updates the policy:
+
+* ``trinity``: MDPE reward, PPO (several epochs of the clipped objective on
+  R - b over the batch), Adam, gradient-norm clip, logit noise that decays
+  to zero over the first ``noise_steps`` iterations;
+* ``hierarchical`` (Mirhoseini et al. 2018): reward -sqrt(runtime), one
+  REINFORCE step per batch, k = min(256, 20 * devices) groups.
+
+Everything random draws from generators stored in the checkpoint, so a
+search killed and resumed ends exactly where an uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from trinity.cluster import Cluster
+from trinity.errors import TrinityError
+from trinity.features import op_features
+from trinity.fileio import atomic_write_bytes
+from trinity.graph.ir import OpGraph
+from trinity.placement import Strategy as StrategyFile
+from trinity.reward import MDPEConfig, hierarchical_reward, mdpe_reward
+from trinity.rl.algorithms import EMABaseline, ppo_loss, reinforce_loss
+from trinity.rl.policy import PlacementPolicy, PolicyConfig, Strategy, UnitGraph
+from trinity.sim import SimResult, Simulator
+from trinity.track import NullTracker
+
+METHODS = ("trinity", "hierarchical")
+
+
+@dataclass
+class SearchConfig:
+    method: str = "trinity"
+    iterations: int = 1000
+    batch: int = 8  #: strategies sampled per iteration
+    num_groups: int | None = None  #: k; None = 256 (trinity) or min(256, 20 * devices) (hierarchical)
+    lr: float = 1e-3  #: Adam; the paper says 0.1, which collapses the policy here (see README)
+    ppo_epochs: int = 4
+    clip: float = 0.2
+    entropy_coef: float = 0.0
+    baseline_decay: float = 0.9
+    noise_max: float = 0.1  #: logit noise at iteration 0, decaying linearly ...
+    noise_steps: int = 500  #: ... to zero here
+    grad_clip: float = 1.0
+    seed: int = 0
+    threads: int = 1
+    checkpoint_every: int = 50
+    embedding_dim: int = 16
+    warm_start: str | None = None  #: placer whose output the policy first imitates
+    warm_start_steps: int = 100
+    reward: MDPEConfig = field(default_factory=MDPEConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise TrinityError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}", field="method")
+        if isinstance(self.reward, dict):
+            self.reward = MDPEConfig(**self.reward)
+        if isinstance(self.policy, dict):
+            self.policy = PolicyConfig(**self.policy)
+
+
+@dataclass
+class Best:
+    reward: float = -np.inf
+    step_time_us: float = np.inf
+    peak_comm_bytes: float = np.inf
+    peak_memory_bytes: float = np.inf
+    iteration: int = -1
+    placement: np.ndarray | None = None
+
+
+class Search:
+    """One search of one graph on one cluster, writing into ``out_dir``."""
+
+    def __init__(self, graph: OpGraph, cluster: Cluster, cfg: SearchConfig, out_dir: str | Path, *,
+                 tracker=None, feature_cache: str | Path | None = None, fresh: bool = False, progress: bool = True):
+        self.graph, self.cluster, self.cfg = graph, cluster, cfg
+        self.out_dir = Path(out_dir)
+        self.tracker = tracker or NullTracker()
+        self.progress = progress
+        k = cfg.num_groups or (256 if cfg.method == "trinity" else min(256, 20 * cluster.n_devices))
+        self.cfg.policy = PolicyConfig(**{**asdict(cfg.policy), "num_groups": k})
+        self._check_inputs()
+        torch.set_num_threads(cfg.threads)
+        torch.manual_seed(cfg.seed)
+        feats = op_features(graph, embedding_dim=cfg.embedding_dim, seed=cfg.seed, cache_dir=feature_cache)
+        self.units = UnitGraph(graph, feats)
+        self.policy = PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, self.cfg.policy)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr, foreach=True)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.baseline = EMABaseline(cfg.baseline_decay)
+        self.simulator = Simulator(graph, cluster)
+        self.reward_fn: Callable[[SimResult], float] = (
+            (lambda r: mdpe_reward(r, cfg.reward)) if cfg.method == "trinity"
+            else (lambda r: hierarchical_reward(r, cfg.reward.fail_runtime_ratio)))
+        self.iteration = 0
+        self.best = Best()
+        self.history: list[dict] = []
+        self.seconds = 0.0
+        self.checkpoint_path = self.out_dir / "checkpoint.pt"
+        if self.checkpoint_path.exists():
+            if fresh:
+                self.checkpoint_path.unlink()
+            else:
+                self._load_checkpoint()
+        if self.iteration == 0 and cfg.warm_start:
+            self._warm_start(cfg.warm_start)
+
+    # ----------------------------------------------------------------- inputs
+    def _check_inputs(self) -> None:
+        g, c, k = self.graph, self.cluster, self.cfg.policy.num_groups
+        if c.n_devices > g.n_ops:
+            raise TrinityError(f"cluster {c.name!r} has {c.n_devices} devices but graph {g.name!r} only "
+                               f"{g.n_ops} ops", field="cluster")
+        units = g.arrays.n_groups
+        if units < k:
+            raise TrinityError(f"graph {g.name!r} has {units} placement units (ops, with colocation groups merged) "
+                               f"but the policy has {k} groups; use num_groups <= {units}", field="num_groups")
+        if k < c.n_devices:
+            raise TrinityError(f"{k} groups cannot use {c.n_devices} devices; use num_groups >= {c.n_devices}",
+                               field="num_groups")
+        static = np.bincount(g.arrays.group, weights=g.static_memory())
+        if static.max() > c.memory.max():
+            raise TrinityError(f"a colocation group needs {static.max() / 1e9:.2f} GB but the largest device of "
+                               f"{c.name!r} has {c.memory.max() / 1e9:.2f} GB: no placement fits", field="cluster")
+        if static.sum() > c.memory.sum():
+            raise TrinityError(f"graph {g.name!r} needs {static.sum() / 1e9:.2f} GB but cluster {c.name!r} has "
+                               f"{c.memory.sum() / 1e9:.2f} GB in all: no placement fits", field="cluster")
+
+    # ----------------------------------------------------------------- loop
+    def run(self) -> Best:
+        cfg = self.cfg
+        self.tracker.log_params({"method": cfg.method, "graph": self.graph.name, "cluster": self.cluster.name,
+                                 **{k: v for k, v in asdict(cfg).items() if k not in ("reward", "policy")},
+                                 **{f"reward.{k}": v for k, v in asdict(cfg.reward).items()},
+                                 **{f"policy.{k}": v for k, v in asdict(cfg.policy).items()}})
+        bar = tqdm(total=cfg.iterations, initial=self.iteration, desc=f"{cfg.method} search",
+                   disable=not self.progress, dynamic_ncols=True)
+        while self.iteration < cfg.iterations:
+            t0 = time.perf_counter()
+            metrics = self.step()
+            self.seconds += time.perf_counter() - t0
+            metrics["charts/seconds"] = self.seconds
+            self.history.append({"iteration": self.iteration, **metrics})
+            self.tracker.log_metrics(metrics, step=self.iteration)
+            self.iteration += 1
+            bar.update(1)
+            bar.set_postfix(best_ms=f"{self.best.step_time_us / 1e3:.2f}", reward=f"{metrics['charts/reward_mean']:.3f}")
+            if self.iteration % cfg.checkpoint_every == 0 or self.iteration == cfg.iterations:
+                self.save_checkpoint()
+        bar.close()
+        self.tracker.flush()
+        return self.best
+
+    def step(self) -> dict[str, float]:
+        cfg = self.cfg
+        noise = cfg.noise_max * max(0.0, 1.0 - self.iteration / cfg.noise_steps) if cfg.noise_steps else 0.0
+        strategy = self.policy.sample(cfg.batch, self.generator, noise)
+        placements = strategy.placements(self.units.unit_of_op)
+        results = [self.simulator.simulate(p, check=False) for p in placements]
+        rewards = torch.tensor([self.reward_fn(r) for r in results], dtype=torch.float32)
+        self._track_best(results, rewards, placements)
+        advantages = self.baseline.advantages(rewards)
+        losses = self._update(strategy, advantages)
+        fits = [r for r in results if r.fits]
+        return {
+            "charts/reward_mean": float(rewards.mean()), "charts/reward_max": float(rewards.max()),
+            "charts/baseline": float(self.baseline.value),
+            "charts/step_time_ms_mean": float(np.mean([r.step_time_us for r in fits])) / 1e3 if fits else float("nan"),
+            "charts/valid_fraction": len(fits) / len(results),
+            "charts/best_step_time_ms": self.best.step_time_us / 1e3,
+            "charts/best_peak_comm_MB": self.best.peak_comm_bytes / 1e6,
+            "charts/best_peak_memory_GB": self.best.peak_memory_bytes / 1e9,
+            "charts/peak_comm_MB_mean": float(np.mean([r.peak_comm_bytes for r in results])) / 1e6,
+            "charts/peak_memory_GB_mean": float(np.mean([r.max_memory_bytes for r in results])) / 1e9,
+            "charts/noise": noise, "charts/simulations": float(cfg.batch * (self.iteration + 1)),
+            **losses,
+        }
+
+    def _update(self, strategy: Strategy, advantages: torch.Tensor) -> dict[str, float]:
+        cfg = self.cfg
+        logp_old = strategy.logp  # from sampling: the noise-free, dropout-free policy
+        self.policy.train()
+        epochs = cfg.ppo_epochs if cfg.method == "trinity" else 1
+        stats: dict[str, float] = {}
+        for _ in range(epochs):
+            logp, entropy = self.policy.log_prob(strategy)
+            if cfg.method == "trinity":  # every decision is an action sharing its strategy's advantage
+                loss, stats = ppo_loss(logp, logp_old, advantages[:, None].expand_as(logp), cfg.clip)
+            else:
+                loss = reinforce_loss(logp.sum(dim=1), advantages)
+            total = loss - cfg.entropy_coef * entropy
+            self.optimizer.zero_grad()
+            total.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
+            self.optimizer.step()
+        return {"losses/policy_loss": float(loss.detach()), "losses/entropy": float(entropy.detach()),
+                "losses/grad_norm": float(grad_norm), **{f"losses/{k}": v for k, v in stats.items()}}
+
+    def _track_best(self, results: list[SimResult], rewards: torch.Tensor, placements: np.ndarray) -> None:
+        i = int(torch.argmax(rewards))
+        if float(rewards[i]) > self.best.reward:
+            r = results[i]
+            self.best = Best(float(rewards[i]), r.step_time_us, r.peak_comm_bytes, r.max_memory_bytes,
+                             self.iteration, placements[i].copy())
+            StrategyFile.from_array(self.graph, self.cluster, self.best.placement, method=self.cfg.method,
+                                    iteration=self.iteration, reward=self.best.reward,
+                                    simulated_step_time_us=r.step_time_us).save(self.out_dir / "best_strategy.json")
+
+    # ----------------------------------------------------------------- warm start
+    def _warm_start(self, placer: str) -> None:
+        """Imitate a placer: supervised steps towards a partition and schedule that reproduce it."""
+        from trinity.placers import place
+
+        placement = place(placer, self.graph, self.cluster).placement
+        k, n_dev = self.cfg.policy.num_groups, self.cluster.n_devices
+        per_device = k // n_dev
+        unit_device = np.zeros(self.units.n_units, np.int64)
+        unit_device[self.units.unit_of_op] = placement
+        groups = np.zeros(self.units.n_units, np.int64)
+        for d in range(n_dev):  # a device's units, in order, spread over its block of groups
+            mine = np.flatnonzero(unit_device == d)
+            groups[mine] = d * per_device + (np.arange(len(mine)) * per_device) // max(len(mine), 1)
+        devices = np.minimum(np.arange(k) // per_device, n_dev - 1)
+        target = Strategy(torch.from_numpy(groups)[None], torch.from_numpy(devices)[None])
+        self.policy.train()
+        for _ in range(self.cfg.warm_start_steps):
+            logp, _ = self.policy.log_prob(target)
+            loss = -logp.mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip)
+            self.optimizer.step()
+
+    # ----------------------------------------------------------------- checkpoints
+    def save_checkpoint(self) -> None:
+        state = {
+            "iteration": self.iteration, "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "numpy_rng": np.random.get_state(), "python_rng": random.getstate(),
+            "baseline": self.baseline.value, "best": asdict(self.best), "history": self.history,
+            "seconds": self.seconds, "run_id": self.tracker.run_id, "config": asdict(self.cfg),
+            "graph_digest": self.graph.digest(), "cluster": self.cluster.name,
+        }
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        atomic_write_bytes(self.checkpoint_path, buf.getvalue())
+
+    def _load_checkpoint(self) -> None:
+        path = self.checkpoint_path
+        try:
+            state = torch.load(path, weights_only=False)
+            if state["graph_digest"] != self.graph.digest() or state["cluster"] != self.cluster.name:
+                raise TrinityError(f"belongs to another search ({state['cluster']}, graph {state['graph_digest']}); "
+                                   "use another output folder or --fresh", source=str(path))
+            self.policy.load_state_dict(state["policy"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.generator.set_state(state["generator"])
+            torch.set_rng_state(state["torch_rng"])
+            np.random.set_state(state["numpy_rng"])
+            random.setstate(state["python_rng"])
+        except TrinityError:
+            raise
+        except Exception as exc:  # any unpickling or shape problem means the file is unusable
+            raise TrinityError(f"checkpoint is corrupt ({type(exc).__name__}: {str(exc)[:200]}); "
+                               "pass --fresh to discard it and start over", source=str(path)) from None
+        self.iteration = state["iteration"]
+        self.baseline.value = state["baseline"]
+        self.best = Best(**state["best"])
+        self.history = state["history"]
+        self.seconds = state["seconds"]
+
+
+def checkpoint_run_id(out_dir: str | Path) -> str | None:
+    """The MLflow run a checkpointed search logged to, so a resumed search continues it."""
+    path = Path(out_dir) / "checkpoint.pt"
+    if not path.exists():
+        return None
+    try:
+        return torch.load(path, weights_only=False).get("run_id")
+    except Exception:  # a corrupt checkpoint is reported by Search itself
+        return None
