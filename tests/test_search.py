@@ -91,3 +91,29 @@ def test_bad_inputs(tmp_path):
         Search(heavy, cluster(), config("trinity", 1), tmp_path, progress=False)
     with pytest.raises(TrinityError, match="unknown method 'greedy'"):
         SearchConfig(method="greedy")
+
+
+def test_cli_search_logs_to_mlflow_and_resumes(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from trinity.cli import main
+    from trinity.graph import save_graph
+
+    graph_file = tmp_path / "chains.json"
+    save_graph(two_chains(), graph_file)
+    cluster_file = tmp_path / "c.yaml"
+    cluster_file.write_text("devices:\n  - {name: d0, memory_GB: 1}\n  - {name: d1, memory_GB: 1}\n"
+                            "default_link: {bandwidth_GBps: 1, latency_us: 10}\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["search", str(graph_file), "--cluster", str(cluster_file), "--groups", "4", "--batch", "4",
+            "--checkpoint-every", "2", "--out", str(tmp_path / "run"), "--mlflow-uri", uri]
+    assert main(args + ["--iterations", "4"]) == 0
+    assert main(args + ["--iterations", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "resuming" in out and "best step time" in out
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("trinity-search").experiment_id])
+    assert len(runs) == 1  # the resumed search logged into the same run
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "charts/reward_mean")]
+    assert steps == list(range(6))
+    assert (tmp_path / "run" / "search_curve.png").exists()

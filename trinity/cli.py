@@ -168,6 +168,49 @@ def cmd_profile(args) -> None:
     print(f"wrote {out}")
 
 
+def cmd_search(args) -> None:
+    from pathlib import Path
+
+    from trinity.cluster import load_cluster
+    from trinity.fileio import atomic_write_bytes
+    from trinity.plots import plot_search_curve
+    from trinity.rl.search import Search, SearchConfig, checkpoint_run_id
+    from trinity.track import MLflowTracker, NullTracker
+
+    g, cluster = _graph(args.graph), load_cluster(args.cluster)
+    cfg = SearchConfig(method=args.method, iterations=args.iterations, batch=args.batch, num_groups=args.groups,
+                       lr=args.lr, seed=args.seed, warm_start=args.warm_start, threads=args.threads,
+                       checkpoint_every=args.checkpoint_every)
+    out = Path(args.out or f"runs/{g.name}-{cluster.name}-{args.method}-s{args.seed}")
+    tracker = NullTracker()
+    if not args.no_mlflow:
+        run_id = None if args.fresh else checkpoint_run_id(out)
+        tracker = MLflowTracker(args.experiment, run_name=out.name, uri=args.mlflow_uri, run_id=run_id)
+    search = Search(g, cluster, cfg, out, tracker=tracker, fresh=args.fresh, progress=sys.stderr.isatty(),
+                    feature_cache=out.parent / ".features")
+    if search.iteration:
+        print(f"resuming {out} at iteration {search.iteration}")
+    try:
+        best = search.run()
+    except KeyboardInterrupt:
+        search.save_checkpoint()
+        tracker.close("KILLED")
+        raise
+    history = pd.DataFrame(search.history)
+    atomic_write_bytes(out / "history.csv", history.to_csv(index=False).encode())
+    plot_search_curve(history, out / "search_curve.png", title=f"{cfg.method} on {g.name}, {cluster.name}")
+    for name in ("best_strategy.json", "history.csv", "search_curve.png"):
+        tracker.log_artifact(out / name)
+    tracker.log_metrics({"best/step_time_ms": best.step_time_us / 1e3, "best/peak_comm_MB": best.peak_comm_bytes / 1e6,
+                         "best/peak_memory_GB": best.peak_memory_bytes / 1e9, "best/reward": best.reward},
+                        step=search.iteration)
+    tracker.close()
+    print(f"{cfg.method} on {g.name} ({cluster.name}), {search.iteration} iterations in {search.seconds:.0f} s: "
+          f"best step time {best.step_time_us / 1e3:.3f} ms (lower bound {search.simulator.lower_bound_us / 1e3:.3f}), "
+          f"peak comm {best.peak_comm_bytes / 1e6:.1f} MB, peak memory {best.peak_memory_bytes / 1e9:.3f} GB; "
+          f"strategy in {out / 'best_strategy.json'}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trinity", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -200,6 +243,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind-speedup", action="append", metavar="KIND=X",
                    help="also cost ops for device kind KIND, X times faster than this machine (repeatable)")
     p.set_defaults(fn=cmd_profile)
+
+    p = sub.add_parser("search", help="search a placement with Trinity (PPO) or Hierarchical (REINFORCE)")
+    p.add_argument("graph")
+    p.add_argument("--cluster", default="p100x4")
+    p.add_argument("--method", default="trinity", choices=["trinity", "hierarchical"])
+    p.add_argument("--iterations", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=8, help="strategies sampled per iteration")
+    p.add_argument("--groups", type=int, help="k (default 256; hierarchical: min(256, 20 x devices))")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warm-start", help="first imitate this placer's output (e.g. m-etf)")
+    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--out", help="run folder (default runs/GRAPH-CLUSTER-METHOD-sSEED); a checkpoint there resumes")
+    p.add_argument("--fresh", action="store_true", help="discard a checkpoint in the run folder and start over")
+    p.add_argument("--experiment", default="trinity-search", help="MLflow experiment")
+    p.add_argument("--mlflow-uri", help="MLflow tracking URI (default sqlite:///mlflow.db)")
+    p.add_argument("--no-mlflow", action="store_true")
+    p.set_defaults(fn=cmd_search)
 
     p = sub.add_parser("clusters", help="list cluster presets")
     p.set_defaults(fn=cmd_clusters)

@@ -56,3 +56,18 @@ def plot_gantt(gantt: pd.DataFrame, path: str | os.PathLike, title: str = "",
     ax.set_xlabel("time (ms)")
     ax.set_title(title)
     _save(fig, path)
+
+
+def plot_search_curve(history: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
+    """Search progress: batch-mean and best simulated step time, and mean reward, per iteration."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    ax1.plot(history["iteration"], history["charts/step_time_ms_mean"], lw=0.8, label="batch mean")
+    ax1.plot(history["iteration"], history["charts/best_step_time_ms"], lw=1.5, label="best so far")
+    ax1.set_xlabel("iteration")
+    ax1.set_ylabel("simulated step time (ms)")
+    ax1.legend()
+    ax2.plot(history["iteration"], history["charts/reward_mean"], lw=0.8)
+    ax2.set_xlabel("iteration")
+    ax2.set_ylabel("mean reward")
+    fig.suptitle(title)
+    _save(fig, path)
