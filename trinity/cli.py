@@ -178,9 +178,12 @@ def cmd_search(args) -> None:
     from trinity.track import MLflowTracker, NullTracker
 
     g, cluster = _graph(args.graph), load_cluster(args.cluster)
+    from trinity.rl.policy import PolicyConfig
+
     cfg = SearchConfig(method=args.method, iterations=args.iterations, batch=args.batch, num_groups=args.groups,
                        lr=args.lr, seed=args.seed, warm_start=args.warm_start, threads=args.threads,
-                       checkpoint_every=args.checkpoint_every)
+                       checkpoint_every=args.checkpoint_every, ppo_epochs=args.ppo_epochs,
+                       policy=PolicyConfig(lstm_hidden=args.hidden))
     out = Path(args.out or f"runs/{g.name}-{cluster.name}-{args.method}-s{args.seed}")
     tracker = NullTracker()
     if not args.no_mlflow:
@@ -252,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=8, help="strategies sampled per iteration")
     p.add_argument("--groups", type=int, help="k (default 256; hierarchical: min(256, 20 x devices))")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--hidden", type=int, default=128, help="LSTM units of the schedule network (paper: 256)")
+    p.add_argument("--ppo-epochs", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--warm-start", help="first imitate this placer's output (e.g. m-etf)")

@@ -43,7 +43,8 @@ class PolicyConfig:
     type_embedding: int = 16
     partition_hidden: tuple[int, int] = (64, 128)
     dropout: float = 0.3
-    lstm_hidden: int = 256
+    #: The paper's LSTMs have 256 units; 128 is ~3x cheaper per update on a CPU (see README).
+    lstm_hidden: int = 128
     lstm_layers: int = 2
     group_projection: int = 64  #: group embeddings are projected to this size before the encoder
     device_embedding: int = 32
@@ -159,32 +160,29 @@ class PlacementPolicy(nn.Module):
     # ------------------------------------------------------------- sampling
     @torch.no_grad()
     def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0) -> Strategy:
-        """Sample ``batch`` strategies; ``noise`` adds U(-noise, noise) to every logit (exploration)."""
+        """Sample ``batch`` strategies; ``noise`` adds U(-noise, noise) to every logit (exploration).
+
+        Sampling is Gumbel-max on (logits + noise), with every random draw taken up front from
+        ``generator``, so the step-by-step decoder runs as one compiled loop.
+        """
         was_training = self.training
         self.eval()
+        k, d = self.cfg.num_groups, self.n_devices
         logits = self.partition_logits()
-        groups = _sample(logits[None].expand(batch, -1, -1), generator, noise)
-        logp = [F.log_softmax(logits, dim=1)[None].expand(batch, -1, -1).gather(2, groups[:, :, None])[:, :, 0]]
-        enc, state = self.encoder(self.project(self.group_embeddings(groups)))
-        keys = torch.matmul(enc, self.attention.weight)  # (W dec) . enc = dec . (W^T enc), for every step
-        prev = torch.full((batch,), self.n_devices, dtype=torch.long)
-        cells = _cells(self.decoder)
-        h = [x for x in state[0]]
-        c = [x for x in state[1]]
-        chosen = []
-        for g in range(self.cfg.num_groups):
-            x = self.device_embedding(prev)
-            for layer, cell in enumerate(cells):
-                h[layer], c[layer] = cell(x, (h[layer], c[layer]))
-                x = h[layer]
-            weights = F.softmax(torch.bmm(keys, x[:, :, None])[:, :, 0], dim=1)
-            context = torch.bmm(weights[:, None], enc)[:, 0]
-            u = self.device_logits(torch.tanh(self.combine(torch.cat([context, x], dim=1))))
-            prev = _sample(self._squash(u), generator, noise)
-            chosen.append(prev[:, None])
-            logp.append(F.log_softmax(self._squash(u), dim=1).gather(1, prev[:, None]))
+        groups = torch.argmax(logits + _perturbation((batch, self.ug.n_units, k), generator, noise), dim=2)
+        logp_groups = F.log_softmax(logits, dim=1)[None].expand(batch, -1, -1).gather(2, groups[:, :, None])[:, :, 0]
+        enc, (h, c) = self.encoder(self.project(self.group_embeddings(groups)))
+        dec = self.decoder
+        layers = range(dec.num_layers)
+        devices, logp_devices = _decode(
+            enc, torch.matmul(enc, self.attention.weight), list(h.unbind(0)), list(c.unbind(0)),
+            self.device_embedding.weight, [getattr(dec, f"weight_ih_l{i}") for i in layers],
+            [getattr(dec, f"weight_hh_l{i}") for i in layers], [getattr(dec, f"bias_ih_l{i}") for i in layers],
+            [getattr(dec, f"bias_hh_l{i}") for i in layers], self.combine.weight, self.combine.bias,
+            self.device_logits.weight, self.device_logits.bias, self.cfg.logit_scale, self.cfg.logit_temperature,
+            _perturbation((k, batch, d), generator, noise), d)
         self.train(was_training)
-        return Strategy(groups, torch.cat(chosen, dim=1), torch.cat(logp, dim=1))
+        return Strategy(groups, devices, torch.cat([logp_groups, logp_devices], dim=1))
 
     def log_prob(self, strategy: Strategy) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of every decision, [B, U + k] (units' groups, then groups' devices),
@@ -197,20 +195,36 @@ class PlacementPolicy(nn.Module):
         return torch.cat([logp_part[:, :, 0], logp_sched[:, :, 0]], dim=1), entropy
 
 
-def _cells(lstm: nn.LSTM) -> list[nn.LSTMCell]:
-    """LSTMCells sharing ``lstm``'s weights, for step-by-step decoding without nn.LSTM's per-call overhead."""
-    cells = []
-    for layer in range(lstm.num_layers):
-        cell = nn.LSTMCell(lstm.input_size if layer == 0 else lstm.hidden_size, lstm.hidden_size)
-        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-            setattr(cell, name, getattr(lstm, f"{name}_l{layer}"))
-        cells.append(cell)
-    return cells
-
-
-def _sample(logits: torch.Tensor, generator: torch.Generator, noise: float) -> torch.Tensor:
+def _perturbation(shape: tuple[int, ...], generator: torch.Generator, noise: float) -> torch.Tensor:
+    """Gumbel noise (argmax of logits + it samples the softmax), plus U(-noise, noise) exploration."""
+    gumbel = -torch.log(-torch.log(torch.rand(shape, generator=generator).clamp(1e-20, 1.0 - 1e-7)))
     if noise > 0:
-        logits = logits + (torch.rand(logits.shape, generator=generator) * 2 - 1) * noise
-    probs = F.softmax(logits, dim=-1)
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+        gumbel += (torch.rand(shape, generator=generator) * 2 - 1) * noise
+    return gumbel
+
+
+@torch.jit.script
+def _decode(enc: torch.Tensor, keys: torch.Tensor, h: list[torch.Tensor], c: list[torch.Tensor],
+            embedding: torch.Tensor, w_ih: list[torch.Tensor], w_hh: list[torch.Tensor], b_ih: list[torch.Tensor],
+            b_hh: list[torch.Tensor], combine_w: torch.Tensor, combine_b: torch.Tensor, out_w: torch.Tensor,
+            out_b: torch.Tensor, scale: float, temperature: float, perturbation: torch.Tensor,
+            go: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The schedule decoder, one group per step (same maths as `PlacementPolicy.schedule_logits`)."""
+    prev = torch.full([enc.size(0)], go, dtype=torch.long)
+    devices = []
+    logps = []
+    for g in range(perturbation.size(0)):
+        x = embedding[prev]
+        for layer in range(len(w_ih)):
+            state = torch.lstm_cell(x, [h[layer], c[layer]], w_ih[layer], w_hh[layer], b_ih[layer], b_hh[layer])
+            h[layer] = state[0]
+            c[layer] = state[1]
+            x = state[0]
+        weights = torch.softmax(torch.bmm(keys, x.unsqueeze(2)).squeeze(2), 1)
+        context = torch.bmm(weights.unsqueeze(1), enc).squeeze(1)
+        u = F.linear(torch.tanh(F.linear(torch.cat([context, x], 1), combine_w, combine_b)), out_w, out_b)
+        z = scale * torch.tanh(u / temperature)
+        prev = torch.argmax(z + perturbation[g], 1)
+        devices.append(prev)
+        logps.append(torch.log_softmax(z, 1).gather(1, prev.unsqueeze(1)).squeeze(1))
+    return torch.stack(devices, 1), torch.stack(logps, 1)

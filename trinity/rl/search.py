@@ -49,7 +49,7 @@ class SearchConfig:
     batch: int = 8  #: strategies sampled per iteration
     num_groups: int | None = None  #: k; None = 256 (trinity) or min(256, 20 * devices) (hierarchical)
     lr: float = 1e-3  #: Adam; the paper says 0.1, which collapses the policy here (see README)
-    ppo_epochs: int = 4
+    ppo_epochs: int = 2
     clip: float = 0.2
     entropy_coef: float = 0.0
     baseline_decay: float = 0.9
