@@ -31,6 +31,7 @@ repro: $(STAMP)  ## the main job: every placer on the reference GNMT graph, 2 an
 
 bench: $(STAMP)  ## benchmark figures (ratios measured in the same run)
 	$(PY) benchmarks/bench_sim.py --reference-graph $(REFERENCE_GNMT)
+	$(PY) benchmarks/bench_search.py --reference-graph $(REFERENCE_GNMT) $(wildcard data/*_profiled.json.gz)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache reports
