@@ -26,7 +26,7 @@ def test_export_profile_place(tmp_path, capsys):
     assert code == 0
     p = load_graph(costed)
     assert all(op.compute_us is not None and op.compute_us >= 0 for op in p.ops)
-    assert p.meta["profile"]["cost_model"]["ops"] == p.n_ops
+    assert p.meta["profile"]["cost_model"]["ops"] == p.meta["profile"]["ops_timed"]  # placeholders are not fitted
     timed = [op for op in p.ops if op.compute_us_by_kind.get("cpu", 0) > 0]
     assert timed and all(op.compute_us_by_kind["p100"] == pytest.approx(op.compute_us_by_kind["cpu"] / 10)
                          for op in timed)

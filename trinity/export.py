@@ -6,9 +6,10 @@ extension), which profiling and real-cluster validation run. A PyTorch export
 writes only the OpGraph: profiling re-traces the model from the name, batch
 size and options recorded in its meta (tracing is deterministic).
 
-Profiling fits the linear cost model on the measured ops (kind ``cpu``),
-fills the time of ops the profiler could not map back, and records the fit
-and the profile report in the graph's meta.
+Profiling fits the linear cost model on the ops it measured (kind ``cpu``;
+ops the runtime pruned or fused away keep 0 us and stay out of the fit),
+predicts every op's time for the other device kinds asked for, and records
+the fit and the profile report in the graph's meta.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ def profile_graph(path: str | os.PathLike, out: str | os.PathLike, *, steps: int
     else:
         raise TrinityError(f"cannot profile a graph from {framework or 'no framework'}: only graphs made by "
                            "`trinity export` can be run", source=str(path), field="meta.framework")
-    model = fit_cost_model([profiled], LOCAL_KIND)
-    report = {**report, "cost_model": fit_report(model, [profiled])}
+    observed = [set(report.pop("observed_ops"))]
+    model = fit_cost_model([profiled], LOCAL_KIND, observed=observed)
+    report = {**report, "cost_model": fit_report(model, [profiled], observed)}
     others = [model.scaled(kind, speedup) for kind, speedup in (kind_speedups or {}).items()]
     costed = apply_cost_models(profiled, [model] + others)
     costed = _with_meta(costed, profile=report, profiled_on=LOCAL_KIND)

@@ -60,16 +60,22 @@ class LinearCostModel:
         return {"kind": self.kind, "coefficients": {t: list(c) for t, c in self.coefficients.items()}}
 
 
-def fit_cost_model(graphs: list[OpGraph], kind: str, *, min_samples: int = 8) -> LinearCostModel:
-    """Fit on every op with a measured ``compute_us`` in ``graphs``."""
+def _measured(graph: OpGraph, observed: set[str] | None):
+    """Indices of ops whose time was measured: in ``observed`` if given, else with a compute_us."""
+    return [i for i, op in enumerate(graph.ops)
+            if op.compute_us is not None and (observed is None or op.name in observed)]
+
+
+def fit_cost_model(graphs: list[OpGraph], kind: str, *, min_samples: int = 8,
+                   observed: list[set[str]] | None = None) -> LinearCostModel:
+    """Fit on the measured ops of ``graphs`` (``observed[j]``: names measured in graph j, if not all)."""
     xs, ys, types = [], [], []
-    for g in graphs:
+    for j, g in enumerate(graphs):
         x = op_features(g)
-        for i, op in enumerate(g.ops):
-            if op.compute_us is not None:
-                xs.append(x[i])
-                ys.append(op.compute_us)
-                types.append(op.type)
+        for i in _measured(g, observed[j] if observed else None):
+            xs.append(x[i])
+            ys.append(g.ops[i].compute_us)
+            types.append(g.ops[i].type)
     if not ys:
         raise TrinityError("no op has a measured compute_us: profile the graph first", field="compute_us")
     x, y, types = np.array(xs), np.array(ys), np.array(types)
@@ -89,15 +95,14 @@ def _nnls(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     return tuple(float(c) for c in coef / scale)
 
 
-def fit_report(model: LinearCostModel, graphs: list[OpGraph]) -> dict:
+def fit_report(model: LinearCostModel, graphs: list[OpGraph], observed: list[set[str]] | None = None) -> dict:
     """How well the model predicts measured ops: per-op and whole-graph errors."""
     pred, meas = [], []
-    for g in graphs:
+    for j, g in enumerate(graphs):
         p = model.predict(g)
-        for i, op in enumerate(g.ops):
-            if op.compute_us is not None:
-                pred.append(p[i])
-                meas.append(op.compute_us)
+        for i in _measured(g, observed[j] if observed else None):
+            pred.append(p[i])
+            meas.append(g.ops[i].compute_us)
     pred, meas = np.array(pred), np.array(meas)
     big = meas >= max(1.0, np.percentile(meas, 50))  # relative error means little for ~0 us ops
     rel = np.abs(pred[big] - meas[big]) / meas[big]
