@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all repro bench clean
+.PHONY: install test test-all repro bench bench-export clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,9 +29,13 @@ repro: $(STAMP)  ## the main job: every placer on the reference GNMT graph, 2 an
 	$(VENV)/bin/trinity simulate $(REFERENCE_GNMT) reports/m-sct_p100x4.json --cluster p100x4 \
 		--gantt reports/m-sct_p100x4_gantt.png
 
-bench: $(STAMP)  ## benchmark figures (ratios measured in the same run)
+bench: $(STAMP)  ## benchmark figures (ratios measured in the same run); exports models into data/ first
+	$(PY) benchmarks/bench_export.py --out data
 	$(PY) benchmarks/bench_sim.py --reference-graph $(REFERENCE_GNMT)
 	$(PY) benchmarks/bench_search.py --reference-graph $(REFERENCE_GNMT) $(wildcard data/*_profiled.json.gz)
+
+bench-export: $(STAMP)  ## export and profile the paper's five models into data/ (several minutes)
+	$(PY) benchmarks/bench_export.py --out data
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache reports
