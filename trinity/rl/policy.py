@@ -162,14 +162,14 @@ class PlacementPolicy(nn.Module):
     def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0) -> Strategy:
         """Sample ``batch`` strategies; ``noise`` adds U(-noise, noise) to every logit (exploration).
 
-        Sampling is Gumbel-max on (logits + noise), with every random draw taken up front from
-        ``generator``, so the step-by-step decoder runs as one compiled loop.
+        Every random draw is taken up front from ``generator``: units' groups by inverse-CDF
+        sampling, devices by Gumbel-max inside the compiled step-by-step decoder.
         """
         was_training = self.training
         self.eval()
         k, d = self.cfg.num_groups, self.n_devices
         logits = self.partition_logits()
-        groups = torch.argmax(logits + _perturbation((batch, self.ug.n_units, k), generator, noise), dim=2)
+        groups = _sample_categorical(logits, batch, generator, noise)
         logp_groups = F.log_softmax(logits, dim=1)[None].expand(batch, -1, -1).gather(2, groups[:, :, None])[:, :, 0]
         enc, (h, c) = self.encoder(self.project(self.group_embeddings(groups)))
         dec = self.decoder
@@ -193,6 +193,16 @@ class PlacementPolicy(nn.Module):
         logp_sched = sched.gather(2, strategy.devices[:, :, None])
         entropy = -(part.exp() * part).sum(1).mean() - (sched.exp() * sched).sum(2).mean()
         return torch.cat([logp_part[:, :, 0], logp_sched[:, :, 0]], dim=1), entropy
+
+
+def _sample_categorical(logits: torch.Tensor, batch: int, generator: torch.Generator, noise: float) -> torch.Tensor:
+    """[batch, U] draws from softmax(logits + U(-noise, noise)) per row of ``logits`` [U, k]."""
+    if noise > 0:
+        logits = logits + (torch.rand((batch,) + logits.shape, generator=generator) * 2 - 1) * noise
+    cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)
+    cdf = cdf.expand((batch,) + cdf.shape[-2:]).contiguous()
+    u = torch.rand((batch, logits.shape[-2], 1), generator=generator) * cdf[..., -1:]
+    return torch.searchsorted(cdf, u).squeeze(-1).clamp(max=logits.shape[-1] - 1)
 
 
 def _perturbation(shape: tuple[int, ...], generator: torch.Generator, noise: float) -> torch.Tensor:
@@ -220,8 +230,9 @@ def _decode(enc: torch.Tensor, keys: torch.Tensor, h: list[torch.Tensor], c: lis
             h[layer] = state[0]
             c[layer] = state[1]
             x = state[0]
-        weights = torch.softmax(torch.bmm(keys, x.unsqueeze(2)).squeeze(2), 1)
-        context = torch.bmm(weights.unsqueeze(1), enc).squeeze(1)
+        # Matrix-vector products as multiply-and-sum: batched gemm is slow at this size on a CPU.
+        weights = torch.softmax((keys * x.unsqueeze(1)).sum(2), 1)
+        context = (weights.unsqueeze(2) * enc).sum(1)
         u = F.linear(torch.tanh(F.linear(torch.cat([context, x], 1), combine_w, combine_b)), out_w, out_b)
         z = scale * torch.tanh(u / temperature)
         prev = torch.argmax(z + perturbation[g], 1)
