@@ -39,6 +39,6 @@ def test_ppo_gradient_vanishes_where_clipped():
 def test_reinforce_loss():
     logp = torch.tensor([-1.0, -2.0], requires_grad=True)
     loss = reinforce_loss(logp, torch.tensor([1.0, -3.0]))
-    assert float(loss) == pytest.approx(-(-1.0 + 6.0) / 2)
+    assert loss.item() == pytest.approx(-(-1.0 + 6.0) / 2)
     loss.backward()
     assert logp.grad.tolist() == [-0.5, 1.5]
