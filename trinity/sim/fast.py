@@ -78,6 +78,16 @@ class Simulator:
         return self.simulate(placement, check=False).step_time_us
 
 
+@numba.njit(cache=True, inline="always")
+def _append(head, tail, nxt, queue, item):
+    """Append ``item`` to FIFO linked list ``queue`` (head/tail per queue, ``nxt`` per item)."""
+    if tail[queue] < 0:
+        head[queue] = item
+    else:
+        nxt[tail[queue]] = item
+    tail[queue] = item
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent, temporary, indegree,
               out_ptr, out_dst, out_tensor, in_ptr, in_src, in_tensor, bandwidth, latency):
@@ -142,12 +152,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
 
     for v in range(n):
         if waiting[v] == 0:
-            d = dev[v]
-            if ready_tail[d] < 0:
-                ready_head[d] = v
-            else:
-                ready_next[ready_tail[d]] = v
-            ready_tail[d] = v
+            _append(ready_head, ready_tail, ready_next, dev[v], v)
 
     # Only devices whose state changed since the last dispatch can start something:
     # bit d of `compute_dirty` / `send_dirty` marks device d's processor / sender.
@@ -244,11 +249,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     waiting[v] -= 1
                     if waiting[v] == 0:
                         compute_dirty |= 1 << dv
-                        if ready_tail[dv] < 0:
-                            ready_head[dv] = v
-                        else:
-                            ready_next[ready_tail[dv]] = v
-                        ready_tail[dv] = v
+                        _append(ready_head, ready_tail, ready_next, dv, v)
                 elif transfer_of[t * n_dev + dv] < 0:  # a tensor goes once to each consuming device
                     x = n_x
                     n_x += 1
@@ -256,11 +257,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     x_tensor[x] = t
                     x_src[x] = du
                     x_dst[x] = dv
-                    if out_tail[du] < 0:
-                        out_head[du] = x
-                    else:
-                        x_next[out_tail[du]] = x
-                    out_tail[du] = x
+                    _append(out_head, out_tail, x_next, du, x)
                     send_dirty |= 1 << du
         else:  # transfer `item` arrived
             x = item
@@ -279,11 +276,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     waiting[v] -= 1
                     if waiting[v] == 0:
                         compute_dirty |= 1 << dd
-                        if ready_tail[dd] < 0:
-                            ready_head[dd] = v
-                        else:
-                            ready_next[ready_tail[dd]] = v
-                        ready_tail[dd] = v
+                        _append(ready_head, ready_tail, ready_next, dd, v)
     for d in range(n_dev):
         if live[d] > peak[d]:
             peak[d] = live[d]
