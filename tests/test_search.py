@@ -117,3 +117,41 @@ def test_cli_search_logs_to_mlflow_and_resumes(tmp_path, capsys):
     steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "charts/reward_mean")]
     assert steps == list(range(6))
     assert (tmp_path / "run" / "search_curve.png").exists()
+
+
+def test_sigterm_mid_search_then_resume_matches_uninterrupted(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import torch
+
+    from trinity.cluster import load_cluster
+    from trinity.graph import load_graph, save_graph
+
+    graph_file, cluster_file = tmp_path / "chains.json", tmp_path / "c.yaml"
+    save_graph(two_chains(), graph_file)
+    cluster_file.write_text("devices:\n  - {name: d0, memory_GB: 1}\n  - {name: d1, memory_GB: 1}\n"
+                            "default_link: {bandwidth_GBps: 1, latency_us: 10}\n")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "trinity.cli", "search", str(graph_file), "--cluster", str(cluster_file),
+           "--groups", "4", "--iterations", "40", "--lr", "0.01", "--hidden", "32", "--checkpoint-every", "1000",
+           "--out", str(out), "--no-mlflow"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while not (out / "best_strategy.json").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    state = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert proc.returncode == 130 and b"interrupted at iteration" in err
+    assert 0 < state["iteration"] < 40  # stopped mid-search, after a whole iteration
+    assert subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0
+
+    reference = Search(load_graph(graph_file), load_cluster(cluster_file),
+                       SearchConfig(iterations=40, num_groups=4, lr=0.01, checkpoint_every=1000,
+                                    policy=PolicyConfig(lstm_hidden=32)), tmp_path / "ref", progress=False)
+    reference.run()
+    resumed = torch.load(out / "checkpoint.pt", weights_only=False)["history"]
+    assert [h["charts/reward_mean"] for h in resumed] == [h["charts/reward_mean"] for h in reference.history]

@@ -195,9 +195,9 @@ def cmd_search(args) -> None:
         print(f"resuming {out} at iteration {search.iteration}")
     try:
         best = search.run()
-    except KeyboardInterrupt:
-        search.save_checkpoint()
+    except KeyboardInterrupt:  # the search checkpointed after its last whole iteration
         tracker.close("KILLED")
+        print(f"interrupted at iteration {search.iteration}; run the same command to resume", file=sys.stderr)
         raise
     history = pd.DataFrame(search.history)
     atomic_write_bytes(out / "history.csv", history.to_csv(index=False).encode())

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import io
 import random
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -151,6 +154,15 @@ class Search:
                                  **{f"policy.{k}": v for k, v in asdict(cfg.policy).items()}})
         bar = tqdm(total=cfg.iterations, initial=self.iteration, desc=f"{cfg.method} search",
                    disable=not self.progress, dynamic_ncols=True)
+        with _deferred_interrupts() as interrupted:
+            self._loop(bar, interrupted)
+        bar.close()
+        self.tracker.flush()
+        return self.best
+
+    def _loop(self, bar, interrupted: threading.Event) -> None:
+        """Iterate; an interrupt (Ctrl-C, SIGTERM) ends the loop after a whole iteration and a checkpoint."""
+        cfg = self.cfg
         while self.iteration < cfg.iterations:
             t0 = time.perf_counter()
             metrics = self.step()
@@ -161,11 +173,11 @@ class Search:
             self.iteration += 1
             bar.update(1)
             bar.set_postfix(best_ms=f"{self.best.step_time_us / 1e3:.2f}", reward=f"{metrics['charts/reward_mean']:.3f}")
-            if self.iteration % cfg.checkpoint_every == 0 or self.iteration == cfg.iterations:
+            if self.iteration % cfg.checkpoint_every == 0 or self.iteration == cfg.iterations or interrupted.is_set():
                 self.save_checkpoint()
-        bar.close()
-        self.tracker.flush()
-        return self.best
+            if interrupted.is_set():
+                self.tracker.flush()
+                raise KeyboardInterrupt
 
     def step(self) -> dict[str, float]:
         cfg = self.cfg
@@ -284,6 +296,23 @@ class Search:
         self.best = Best(**state["best"])
         self.history = state["history"]
         self.seconds = state["seconds"]
+
+
+@contextmanager
+def _deferred_interrupts():
+    """Turn SIGINT/SIGTERM into a flag checked between iterations (main thread only)."""
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda *_: flag.set())
+    try:
+        yield flag
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def checkpoint_run_id(out_dir: str | Path) -> str | None:
