@@ -155,3 +155,15 @@ def test_sigterm_mid_search_then_resume_matches_uninterrupted(tmp_path):
     reference.run()
     resumed = torch.load(out / "checkpoint.pt", weights_only=False)["history"]
     assert [h["charts/reward_mean"] for h in resumed] == [h["charts/reward_mean"] for h in reference.history]
+
+
+def test_warm_start_imitates_a_placer(tmp_path):
+    from trinity.placers import place
+
+    g = two_chains()
+    target = place("m-etf", g, cluster()).placement
+    assert target[0] != target[6]  # m-ETF puts the chains on different devices
+    s = Search(g, cluster(), config("trinity", 1, warm_start="m-etf", warm_start_steps=150), tmp_path,
+               progress=False)
+    placements = s.policy.sample(16, s.generator).placements(s.units.unit_of_op)
+    assert (placements == target).all(axis=1).mean() >= 0.75

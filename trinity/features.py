@@ -8,6 +8,9 @@ Each op is described by
 * its compute time, Z-scored over the graph (log first: times span orders
   of magnitude);
 * its output size, summed over outputs (log bytes, Z-scored);
+* its position in the topological order (Z-scored rank): node2vec sees
+  neighbourhoods, not how deep in the step an op sits, which layer-wise and
+  list-scheduling placements follow (an addition to the paper's features);
 * a node2vec embedding of its position in the (undirected) graph.
 
 Features are cached per graph content and settings in ``cache_dir`` because
@@ -67,6 +70,7 @@ aten.masked_fill.Scalar aten.where.self aten.ones_like.default aten.zeros_like.d
 """.split()
 VOCABULARY: dict[str, int] = {name: i + 1 for i, name in enumerate(dict.fromkeys(TF_OPS + ATEN_OPS))}
 UNKNOWN = 0
+FEATURES_VERSION = 2  # bump when the feature set changes, so caches are rebuilt
 
 
 def type_id(op_type: str) -> int:
@@ -76,7 +80,7 @@ def type_id(op_type: str) -> int:
 @dataclass(frozen=True)
 class OpFeatures:
     type_ids: np.ndarray  # int64[N]
-    numeric: np.ndarray  # float32[N, 2 + embedding_dim]: z(log time), z(log output bytes), node2vec
+    numeric: np.ndarray  # float32[N, 3 + embedding_dim]: z(log time), z(log output bytes), z(depth), node2vec
 
     @property
     def vocabulary_size(self) -> int:
@@ -117,7 +121,7 @@ def _stable_hash(text: str) -> int:
 
 def op_features(graph: OpGraph, *, embedding_dim: int = 16, seed: int = 0,
                 cache_dir: str | os.PathLike | None = None) -> OpFeatures:
-    settings = [graph.digest(), _cost_digest(graph), embedding_dim, seed]
+    settings = [graph.digest(), _cost_digest(graph), embedding_dim, seed, FEATURES_VERSION]
     key = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:20]
     path = Path(cache_dir) / f"features-{key}.npz" if cache_dir else None
     if path is not None and path.exists():
@@ -125,7 +129,9 @@ def op_features(graph: OpGraph, *, embedding_dim: int = 16, seed: int = 0,
             return OpFeatures(f["type_ids"], f["numeric"])
     times = np.array([op.compute_us or 0.0 for op in graph.ops])
     outputs = np.array([sum(op.output_bytes) for op in graph.ops], dtype=np.float64)
-    numeric = np.column_stack([zscore(np.log1p(times)), zscore(np.log1p(outputs))]).astype(np.float32)
+    rank = np.empty(graph.n_ops)
+    rank[graph.topological_order()] = np.arange(graph.n_ops)
+    numeric = np.column_stack([zscore(np.log1p(times)), zscore(np.log1p(outputs)), zscore(rank)]).astype(np.float32)
     if embedding_dim > 0:
         numeric = np.hstack([numeric, structural_embedding(graph, embedding_dim, seed)])
     feats = OpFeatures(np.array([type_id(op.type) for op in graph.ops], np.int64), numeric)

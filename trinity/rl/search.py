@@ -64,7 +64,8 @@ class SearchConfig:
     checkpoint_every: int = 50
     embedding_dim: int = 16
     warm_start: str | None = None  #: placer whose output the policy first imitates
-    warm_start_steps: int = 100
+    warm_start_steps: int = 1000
+    warm_start_lr: float = 1e-2
     reward: MDPEConfig = field(default_factory=MDPEConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
@@ -250,14 +251,16 @@ class Search:
             groups[mine] = d * per_device + (np.arange(len(mine)) * per_device) // max(len(mine), 1)
         devices = np.minimum(np.arange(k) // per_device, n_dev - 1)
         target = Strategy(torch.from_numpy(groups)[None], torch.from_numpy(devices)[None])
+        # Its own optimizer: supervised steps want a larger rate, and should leave no Adam state behind.
+        optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.cfg.warm_start_lr, foreach=True)
         self.policy.train()
-        for _ in range(self.cfg.warm_start_steps):
+        for _ in tqdm(range(self.cfg.warm_start_steps), desc=f"imitating {placer}", disable=not self.progress):
             logp, _ = self.policy.log_prob(target)
             loss = -logp.mean()
-            self.optimizer.zero_grad()
+            optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip)
-            self.optimizer.step()
+            optimizer.step()
 
     # ----------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> None:
