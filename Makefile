@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all repro bench bench-export clean
+.PHONY: install test test-all repro bench bench-export search-table clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ bench: $(STAMP)  ## benchmark figures (ratios measured in the same run); exports
 
 bench-export: $(STAMP)  ## export and profile the paper's five models into data/ (several minutes)
 	$(PY) benchmarks/bench_export.py --out data
+
+search-table: $(STAMP)  ## Trinity and Hierarchical vs every placer (needs `make bench-export` first; ~15 min)
+	$(PY) benchmarks/search_table.py $(REFERENCE_GNMT) $(wildcard data/inception_v3_profiled.json.gz) \
+		--csv reports/search_table.csv
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache reports
