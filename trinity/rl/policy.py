@@ -10,7 +10,9 @@ ending in a softmax over k groups.
 
 Group embedding (per sampled partition): mean op-type embedding of the
 group's ops, mean Z-scored log output size and compute, the group's share
-of all compute, and the k-long 0/1 vector of groups it exchanges data with.
+of all compute, and the k-long 0/1 vector of groups it exchanges data with;
+projected linearly to 64 values before the encoder (an addition: it keeps
+the recurrent input small).
 
 Schedule network (seq2seq): a 2-layer LSTM encoder (hidden 256) over the k
 group embeddings; a 2-layer LSTM decoder whose input at step g is the
@@ -129,7 +131,8 @@ class PlacementPolicy(nn.Module):
         inputs = self.unit_inputs()  # [U, F0]
         weight = self.ug.op_count  # units weigh by their op count in group means
         f0 = inputs.shape[1]
-        sums = torch.zeros(b, k, f0).scatter_add(1, groups[:, :, None].expand(-1, -1, f0), (inputs * weight[:, None])[None].expand(b, -1, -1))
+        weighted = (inputs * weight[:, None])[None].expand(b, -1, -1)
+        sums = torch.zeros(b, k, f0).scatter_add(1, groups[:, :, None].expand(-1, -1, f0), weighted)
         counts = torch.zeros(b, k).scatter_add(1, groups, weight[None].expand(b, -1))
         means = sums / counts.clamp(min=1)[:, :, None]
         share = torch.zeros(b, k).scatter_add(1, groups, self.ug.compute_share[None].expand(b, -1))
