@@ -16,7 +16,6 @@ from pathlib import Path
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
 
 from trinity.cluster import load_cluster  # noqa: E402
 from trinity.graph import load_graph  # noqa: E402

@@ -173,7 +173,8 @@ class Search:
             self.tracker.log_metrics(metrics, step=self.iteration)
             self.iteration += 1
             bar.update(1)
-            bar.set_postfix(best_ms=f"{self.best.step_time_us / 1e3:.2f}", reward=f"{metrics['charts/reward_mean']:.3f}")
+            bar.set_postfix(best_ms=f"{self.best.step_time_us / 1e3:.2f}",
+                            reward=f"{metrics['charts/reward_mean']:.3f}")
             if self.iteration % cfg.checkpoint_every == 0 or self.iteration == cfg.iterations or interrupted.is_set():
                 self.save_checkpoint()
             if interrupted.is_set():

@@ -89,8 +89,8 @@ def _append(head, tail, nxt, queue, item):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent, temporary, indegree,
-              out_ptr, out_dst, out_tensor, in_ptr, in_src, in_tensor, bandwidth, latency):
+def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
+              temporary, indegree, out_ptr, out_dst, out_tensor, in_ptr, in_src, in_tensor, bandwidth, latency):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
