@@ -77,12 +77,28 @@ class GraphArrays:
     dst: np.ndarray  # int64[E] consumer index
     src_output: np.ndarray  # int64[E] output index, -1 for control edges
     edge_bytes: np.ndarray  # int64[E] bytes moved (0 for control edges)
+    edge_tensor: np.ndarray  # int64[E] tensor the edge moves, -1 for control edges
     tensor_offset: np.ndarray  # int64[N+1] tensor id of (op i, output k) = offset[i] + k
     tensor_bytes: np.ndarray  # int64[T]
+    tensor_owner: np.ndarray  # int64[T] op that produces each tensor
+    # Edge ids grouped by producer / by consumer (edge order kept within an op):
+    # the out-edges of op i are out_edges[out_ptr[i]:out_ptr[i + 1]].
+    out_ptr: np.ndarray  # int64[N+1]
+    out_edges: np.ndarray  # int64[E]
+    in_ptr: np.ndarray  # int64[N+1]
+    in_edges: np.ndarray  # int64[E]
     persistent_bytes: np.ndarray  # int64[N]
     temporary_bytes: np.ndarray  # int64[N]
     group: np.ndarray  # int64[N] colocation group id; ops alone get their own id
     n_groups: int
+
+
+def _group_by(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of edge ids grouped by ``keys`` (stable, so edge order is kept within a group)."""
+    order = np.argsort(keys, kind="stable").astype(np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
+    return ptr, order
 
 
 def _check_cost(value, where: str, source: str | None) -> None:
@@ -216,8 +232,9 @@ class OpGraph:
         np.cumsum(n_outputs, out=offset[1:])
         tensor_bytes = np.fromiter((b for op in self.ops for b in op.output_bytes), np.int64, int(offset[-1]))
         data = out >= 0
+        edge_tensor = np.where(data, offset[src] + out, -1)
         edge_bytes = np.zeros(self.n_edges, np.int64)
-        edge_bytes[data] = tensor_bytes[offset[src[data]] + out[data]]
+        edge_bytes[data] = tensor_bytes[edge_tensor[data]]
         group_ids: dict[str, int] = {}
         group = np.empty(n, np.int64)
         next_id = 0
@@ -230,9 +247,12 @@ class OpGraph:
                     group_ids[op.colocation_group] = next_id
                     next_id += 1
                 group[i] = group_ids[op.colocation_group]
+        out_ptr, out_edges = _group_by(src, n)
+        in_ptr, in_edges = _group_by(dst, n)
         return GraphArrays(
-            src=src, dst=dst, src_output=out, edge_bytes=edge_bytes,
-            tensor_offset=offset, tensor_bytes=tensor_bytes,
+            src=src, dst=dst, src_output=out, edge_bytes=edge_bytes, edge_tensor=edge_tensor,
+            tensor_offset=offset, tensor_bytes=tensor_bytes, tensor_owner=np.repeat(np.arange(n), n_outputs),
+            out_ptr=out_ptr, out_edges=out_edges, in_ptr=in_ptr, in_edges=in_edges,
             persistent_bytes=np.fromiter((op.persistent_bytes for op in self.ops), np.int64, n),
             temporary_bytes=np.fromiter((op.temporary_bytes for op in self.ops), np.int64, n),
             group=group, n_groups=next_id,
@@ -253,10 +273,13 @@ class OpGraph:
         does); the simulator computes the real peak from tensor lifetimes.
         """
         a = self.arrays
-        owner = np.repeat(np.arange(self.n_ops), np.diff(a.tensor_offset))
-        outputs = np.bincount(owner, weights=a.tensor_bytes, minlength=self.n_ops).astype(np.int64)
+        outputs = np.bincount(a.tensor_owner, weights=a.tensor_bytes, minlength=self.n_ops).astype(np.int64)
         outputs[a.persistent_bytes > 0] = 0  # a variable's output is its persistent storage
         return a.persistent_bytes + outputs + a.temporary_bytes
+
+    def group_static_memory(self) -> np.ndarray:
+        """`static_memory` summed per colocation group (index: ``arrays.group``)."""
+        return np.bincount(self.arrays.group, weights=self.static_memory(), minlength=self.arrays.n_groups)
 
     def to_networkx(self):
         """A networkx MultiDiGraph with op attributes (for analysis and METIS)."""

@@ -73,8 +73,7 @@ class MemoryBudget:
 
     def __init__(self, graph: OpGraph, cluster: Cluster):
         self.group = graph.arrays.group
-        self.group_bytes = np.bincount(self.group, weights=graph.static_memory(),
-                                       minlength=graph.arrays.n_groups)
+        self.group_bytes = graph.group_static_memory()
         self.free = cluster.memory.astype(np.float64)
         self.group_device = np.full(graph.arrays.n_groups, -1, np.int64)
         self.cluster = cluster
@@ -92,13 +91,10 @@ class MemoryBudget:
 
     def allowed(self, op: int) -> np.ndarray:
         """Devices the op may go to: its group's device, or any with room for the group."""
-        g = self.group[op]
-        if self.group_device[g] >= 0:
-            return np.array([self.group_device[g]])
-        return np.flatnonzero(self.group_bytes[g] <= self.free)
+        return np.flatnonzero(self.allowed_matrix(np.array([op]))[0])
 
     def allowed_matrix(self, ops: np.ndarray) -> np.ndarray:
-        """bool[len(ops), n_devices]: `allowed` for many ops at once."""
+        """bool[len(ops), n_devices]: for each op, whether `allowed` includes each device."""
         g = self.group[ops]
         pinned = self.group_device[g][:, None]
         return np.where(pinned >= 0, pinned == np.arange(len(self.free)),
@@ -127,13 +123,8 @@ def format_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def group_order(graph: OpGraph) -> np.ndarray:
-    """Colocation groups in the topological order of their first member."""
-    group = graph.arrays.group
-    seen = np.zeros(graph.arrays.n_groups, bool)
-    out = []
-    for i in graph.topological_order():
-        if not seen[group[i]]:
-            seen[group[i]] = True
-            out.append(group[i])
-    return np.asarray(out, np.int64)
+def group_leaders(graph: OpGraph) -> np.ndarray:
+    """The first member (in topological order) of each colocation group, in topological order."""
+    order = graph.topological_order()
+    _, first = np.unique(graph.arrays.group[order], return_index=True)
+    return order[np.sort(first)]

@@ -47,19 +47,14 @@ def list_schedule(graph: OpGraph, cluster: Cluster, favorite_parent: np.ndarray 
     pos = np.empty(n, np.int64)
     pos[graph.topological_order()] = np.arange(n)
 
-    # In-edges grouped by consumer (CSR): producer, tensor id (-1 for control), bytes.
-    by_dst = np.argsort(a.dst, kind="stable")
-    in_start = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(a.dst, minlength=n), out=in_start[1:])
-    in_src = a.src[by_dst]
-    in_tensor = np.where(a.src_output >= 0, a.tensor_offset[a.src] + a.src_output, -1)[by_dst]
-    in_bytes = a.edge_bytes[by_dst].astype(np.float64)
+    # In-edges grouped by consumer: producer, tensor id (-1 for control), bytes.
+    in_start = a.in_ptr
+    in_src = a.src[a.in_edges]
+    in_tensor = a.edge_tensor[a.in_edges]
+    in_bytes = a.edge_bytes[a.in_edges].astype(np.float64)
     in_data = in_tensor >= 0
-    succ_count = np.bincount(a.src, minlength=n)
-    by_src = np.argsort(a.src, kind="stable")
-    out_start = np.zeros(n + 1, np.int64)
-    np.cumsum(succ_count, out=out_start[1:])
-    out_dst = a.dst[by_src]
+    out_start = a.out_ptr
+    out_dst = a.dst[a.out_edges]
 
     remaining = np.bincount(a.dst, minlength=n)  # unscheduled in-edges per op
     on_device = np.full((len(a.tensor_bytes), n_dev), np.inf)  # when each tensor is on each device

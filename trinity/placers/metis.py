@@ -73,7 +73,7 @@ def place_metis(graph: OpGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
     a = graph.arrays
     n_groups, n_dev = a.n_groups, cluster.n_devices
     work = np.bincount(a.group, weights=op_times(graph, cluster).mean(axis=1), minlength=n_groups)
-    group_bytes = np.bincount(a.group, weights=graph.static_memory(), minlength=n_groups)
+    group_bytes = graph.group_static_memory()
 
     # Undirected group graph: one edge per pair of groups, weighing the bytes of all edges between them.
     gs, gd = a.group[a.src], a.group[a.dst]

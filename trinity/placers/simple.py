@@ -7,7 +7,7 @@ import numpy as np
 from trinity.cluster import Cluster
 from trinity.errors import PlacementError
 from trinity.graph.ir import OpGraph
-from trinity.placers.base import MemoryBudget, group_order, register
+from trinity.placers.base import MemoryBudget, group_leaders, register
 
 
 @register("single")
@@ -24,18 +24,14 @@ def place_single(graph: OpGraph, cluster: Cluster) -> np.ndarray:
 
 def _by_groups(graph: OpGraph, cluster: Cluster, choose) -> np.ndarray:
     budget = MemoryBudget(graph, cluster)
-    first_op = {}
-    for i in graph.topological_order():
-        first_op.setdefault(int(graph.arrays.group[i]), int(i))
     group_device = np.empty(graph.arrays.n_groups, np.int64)
-    for k, g in enumerate(group_order(graph)):
-        op = first_op[int(g)]
+    for k, op in enumerate(group_leaders(graph).tolist()):
         allowed = budget.allowed(op)
         if len(allowed) == 0:
             raise budget.no_room(op)
         d = choose(k, allowed)
         budget.assign(op, d)
-        group_device[g] = d
+        group_device[graph.arrays.group[op]] = d
     return group_device[graph.arrays.group]
 
 

@@ -31,8 +31,7 @@ GLOBAL = "*"
 def op_features(graph: OpGraph) -> np.ndarray:
     """float64[n_ops, 3]: FLOPs, bytes read + written, 1."""
     a = graph.arrays
-    out_bytes = np.bincount(np.repeat(np.arange(graph.n_ops), np.diff(a.tensor_offset)),
-                            weights=a.tensor_bytes, minlength=graph.n_ops)
+    out_bytes = np.bincount(a.tensor_owner, weights=a.tensor_bytes, minlength=graph.n_ops)
     in_bytes = np.bincount(a.dst, weights=a.edge_bytes, minlength=graph.n_ops)
     flops = np.array([op.flops for op in graph.ops], dtype=np.float64)
     return np.column_stack([flops, in_bytes + out_bytes, np.ones(graph.n_ops)])

@@ -96,12 +96,10 @@ def estimate_memory_bytes(graph: OpGraph) -> int:
     pos = np.empty(graph.n_ops, np.int64)
     pos[order] = np.arange(graph.n_ops)
     n_tensors = len(a.tensor_bytes)
-    owner = np.repeat(np.arange(graph.n_ops), np.diff(a.tensor_offset))
-    born = pos[owner]
+    born = pos[a.tensor_owner]
     dies = born.copy()
-    data = a.src_output >= 0
-    tensor = a.tensor_offset[a.src[data]] + a.src_output[data]
-    np.maximum.at(dies, tensor, pos[a.dst[data]])
+    data = a.edge_tensor >= 0
+    np.maximum.at(dies, a.edge_tensor[data], pos[a.dst[data]])
     delta = np.zeros(graph.n_ops + 1, np.int64)
     np.add.at(delta, born, a.tensor_bytes)
     np.add.at(delta, dies + 1, -a.tensor_bytes)

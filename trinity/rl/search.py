@@ -138,7 +138,7 @@ class Search:
         if k < c.n_devices:
             raise TrinityError(f"{k} groups cannot use {c.n_devices} devices; use num_groups >= {c.n_devices}",
                                field="num_groups")
-        static = np.bincount(g.arrays.group, weights=g.static_memory())
+        static = g.group_static_memory()
         if static.max() > c.memory.max():
             raise TrinityError(f"a colocation group needs {static.max() / 1e9:.2f} GB but the largest device of "
                                f"{c.name!r} has {c.memory.max() / 1e9:.2f} GB: no placement fits", field="cluster")

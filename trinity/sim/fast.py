@@ -20,13 +20,6 @@ from trinity.costs import op_times
 from trinity.sim.result import SimResult, lower_bound
 
 
-def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Edge ids grouped by ``keys`` (stable, so edge order is kept within a group)."""
-    order = np.argsort(keys, kind="stable").astype(np.int64)
-    ptr = np.searchsorted(keys[order], np.arange(n + 1)).astype(np.int64)
-    return ptr, order
-
-
 class Simulator:
     """Simulates placements of one graph on one cluster."""
 
@@ -35,10 +28,7 @@ class Simulator:
         a = graph.arrays
         self.times = op_times(graph, cluster) if times is None else np.ascontiguousarray(times, np.float64)
         self.lower_bound_us = lower_bound(graph, self.times, cluster.n_devices)
-        out_ptr, out_edges = _csr(a.src, graph.n_ops)
-        in_ptr, in_edges = _csr(a.dst, graph.n_ops)
-        owner = np.repeat(np.arange(graph.n_ops), np.diff(a.tensor_offset))
-        tensor = np.where(a.src_output >= 0, a.tensor_offset[a.src] + a.src_output, -1).astype(np.int64)
+        owner = a.tensor_owner
         tensor_bytes = a.tensor_bytes.astype(np.float64)
         # Outputs of ops that hold persistent bytes (variables, parameters) are that storage:
         # they take no extra memory on their own device, only as copies elsewhere.
@@ -47,11 +37,11 @@ class Simulator:
         # consumer), so it reads memory sequentially instead of chasing edge ids.
         self._static = (
             np.bincount(owner, weights=local_bytes, minlength=graph.n_ops),  # new output bytes per op
-            tensor_bytes, local_bytes, owner.astype(np.int64), a.tensor_offset,
+            tensor_bytes, local_bytes, owner, a.tensor_offset,
             a.persistent_bytes.astype(np.float64), a.temporary_bytes.astype(np.float64),
             np.bincount(a.dst, minlength=graph.n_ops).astype(np.int64),
-            out_ptr, a.dst[out_edges], tensor[out_edges],
-            in_ptr, a.src[in_edges], tensor[in_edges],
+            a.out_ptr, a.dst[a.out_edges], a.edge_tensor[a.out_edges],
+            a.in_ptr, a.src[a.in_edges], a.edge_tensor[a.in_edges],
             np.ascontiguousarray(cluster.bandwidth), np.ascontiguousarray(cluster.latency),
         )
         self._memory = cluster.memory.astype(np.float64)
@@ -65,7 +55,7 @@ class Simulator:
         if trace:
             a = self.graph.arrays
             t = x_tensor[:n_x]
-            producer = np.searchsorted(a.tensor_offset, t, side="right") - 1
+            producer = a.tensor_owner[t]
             transfers = np.column_stack([producer, t - a.tensor_offset[producer], x_src[:n_x], x_dst[:n_x],
                                          a.tensor_bytes[t], x_start[:n_x], x_end[:n_x]]).astype(float)
             transfers = transfers[np.lexsort(transfers[:, [3, 1, 0, 2, 5]].T)]

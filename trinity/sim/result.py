@@ -95,11 +95,9 @@ def lower_bound(graph: OpGraph, times: np.ndarray, n_devices: int) -> float:
     a = graph.arrays
     finish = np.zeros(graph.n_ops)
     order = graph.topological_order()
-    # Longest path: visit ops in topological order, relaxing in-edges grouped by consumer.
-    by_dst = np.argsort(a.dst, kind="stable")
-    ptr = np.searchsorted(a.dst[by_dst], np.arange(graph.n_ops + 1))
+    # Longest path: visit ops in topological order, relaxing each op's in-edges.
     for v in order:
-        preds = a.src[by_dst[ptr[v]:ptr[v + 1]]]
+        preds = a.src[a.in_edges[a.in_ptr[v]:a.in_ptr[v + 1]]]
         finish[v] = (finish[preds].max() if len(preds) else 0.0) + fastest[v]
     critical = float(finish.max()) if graph.n_ops else 0.0
     return max(critical, float(fastest.sum()) / n_devices)
