@@ -6,7 +6,6 @@ so a 1,000-byte tensor takes 11 us to cross and a 1 MB one 1,010 us.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,15 +20,16 @@ from trinity.placers import place
 from trinity.placers.m_sct import favorite_parents
 from trinity.placers.metis import _repair_memory
 
+from conftest import REFERENCE_GNMT
+
 PLACERS = ["expert", "metis", "m-topo", "m-etf", "m-sct"]
-GNMT = Path(__file__).resolve().parents[2] / "shared" / "reference" / "gnmt-baechi" / "gnmt_forward.json.gz"
 
 
 @pytest.fixture(scope="module")
 def gnmt() -> OpGraph:
-    if not GNMT.exists():
-        pytest.skip(f"reference graph not found at {GNMT}")
-    return load_graph(GNMT)
+    if not REFERENCE_GNMT.exists():
+        pytest.skip(f"reference graph not found at {REFERENCE_GNMT}")
+    return load_graph(REFERENCE_GNMT)
 
 
 def cluster(n: int = 2, memory_bytes: int = 10**9, speeds: list[float] | None = None) -> Cluster:

@@ -64,9 +64,6 @@ class Simulator:
                          lower_bound_us=self.lower_bound_us, op_start=start, op_end=end, placement=p,
                          transfers=transfers)
 
-    def step_time(self, placement) -> float:
-        return self.simulate(placement, check=False).step_time_us
-
 
 @numba.njit(cache=True, inline="always")
 def _append(head, tail, nxt, queue, item):
