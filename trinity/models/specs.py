@@ -16,6 +16,8 @@ register_model(ModelSpec("nmt_2layer", "tensorflow", "trinity.models.tf_models:b
 register_model(ModelSpec("gnmt", "tensorflow", "trinity.models.tf_models:build_gnmt", 64,
                          "GNMT (Wu et al. 2016): residual LSTM stacks, bidirectional first encoder layer, attention",
                          paper_table3=(8738, 16564)))
+register_model(ModelSpec("tiny_cnn", "tensorflow", "trinity.models.tf_models:build_tiny_cnn", 8,
+                         "a small CNN (2 conv blocks, dense head) for tests and quick runs"))
 # PyTorch examples traced with make_fx.
 register_model(ModelSpec("transformer_lm", "torch", "trinity.models.torch_models:build_transformer_lm", 8,
                          "a small decoder-only transformer language model"))

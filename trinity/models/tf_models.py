@@ -126,6 +126,30 @@ def build_inception_v3(batch_size: int, **options) -> TFTrainingGraph:
         weights=None, input_shape=(size, size, 3), classes=classes, classifier_activation=None))
 
 
+def build_tiny_cnn(batch_size: int, **options) -> TFTrainingGraph:
+    """A small CNN (two conv blocks with batch norm, a dense head): a training step of ~300 ops
+    that exports, profiles and runs on workers in seconds, for tests and quick checks."""
+    import tf_keras as keras
+
+    opts = _merge({"image_size": CIFAR_SIZE, "num_classes": CIFAR_CLASSES, "filters": 16, "optimizer": "momentum",
+                   "learning_rate": 0.01}, options)
+    L = keras.layers
+
+    def make(size, classes):
+        f = opts["filters"]
+        inputs = keras.Input((size, size, 3))
+        x = inputs
+        for i, width in enumerate((f, 2 * f)):
+            x = L.Conv2D(width, 3, padding="same", use_bias=False, name=f"conv{i}")(x)
+            x = L.BatchNormalization(name=f"bn{i}")(x)
+            x = L.ReLU(name=f"relu{i}")(x)
+            x = L.MaxPooling2D(2, name=f"pool{i}")(x)
+        x = L.GlobalAveragePooling2D(name="gap")(x)
+        return keras.Model(inputs, L.Dense(classes, name="logits")(x), name="tiny_cnn")
+
+    return _image_classifier(batch_size, opts, make)
+
+
 def build_nasnet_large(batch_size: int, **options) -> TFTrainingGraph:
     """NASNet-Large from tf_keras.applications (weights=None) on 32x32 images (its minimum)."""
     import tf_keras as keras

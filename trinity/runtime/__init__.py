@@ -1,0 +1,1 @@
+"""Real execution: TensorFlow workers, placed runs, calibration and simulator validation."""

@@ -1,0 +1,301 @@
+"""Run a placed training step on TensorFlow workers and measure it.
+
+`placed_graph_def` writes a placement into the exported GraphDef: every op of
+the OpGraph gets its device; nodes outside the step (initialisers) follow a
+placed consumer, else a placed producer, else task 0. TensorFlow keeps
+``_class: loc:@`` groups together itself; `check_placement` has already
+refused strategies that would split one.
+
+`Runner.measure` opens one session on the workers, initialises the
+variables, runs warm-up steps, then timed steps (wall time of
+``session.run``), then one traced step (``FULL_TRACE`` with partition
+graphs) that gives:
+
+* bytes that crossed devices: the sum of the ``RecvTensor`` records, one per
+  tensor per receiving device, as the simulator counts them;
+* per-device peak memory: the largest ``allocator_bytes_in_use`` the trace
+  records on that device (each worker is its own process, so its allocator
+  holds only its own tensors and variables);
+* overridden placements: ops of the OpGraph that a partition graph put on a
+  device other than the one asked for.
+
+`measure_interleaved` measures several strategies in rounds (each round runs
+every strategy once), because step times here drift by tens of percent over
+minutes: interleaving spreads the drift evenly instead of charging it to
+whichever strategy ran last. Every wait has a timeout: a run that does not
+finish raises `WorkerError` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm import tqdm
+
+from trinity.cluster import Cluster, cluster_from_dict
+from trinity.errors import PlacementError
+from trinity.graph.ir import OpGraph
+from trinity.placement import check_placement
+from trinity.profile.tf_profile import available_memory_bytes
+from trinity.runtime.workers import WorkerError, Workers
+
+RUN_TIMEOUT_S = 300.0
+
+
+@dataclass
+class Measurement:
+    """One strategy measured on the workers. Times in microseconds, sizes in bytes."""
+
+    name: str
+    step_us: list[float] = field(default_factory=list)  # every timed step, all rounds
+    round_median_us: list[float] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)  # loss of every step run (warm-up included)
+    crossed_bytes: int = 0  # from the traced step
+    transfers: int = 0  # RecvTensor records with data (control tensors excluded)
+    peak_memory_bytes: list[int] = field(default_factory=list)  # per device
+    overridden: list[tuple[str, str, str]] = field(default_factory=list)  # (op, asked, ran)
+    setup_s: float = 0.0  # session creation, initialisation and warm-up, summed over rounds
+
+    @property
+    def median_us(self) -> float:
+        return float(statistics.median(self.step_us)) if self.step_us else float("nan")
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range of the timed steps over their median."""
+        if len(self.step_us) < 2:
+            return 0.0
+        q1, q3 = np.percentile(self.step_us, [25, 75])
+        return float((q3 - q1) / self.median_us)
+
+    def summary(self) -> dict:
+        return {"strategy": self.name, "real_step_ms": self.median_us / 1e3, "real_spread": self.spread,
+                "real_steps": len(self.step_us), "real_crossed_MB": self.crossed_bytes / 1e6,
+                "real_transfers": self.transfers,
+                "real_peak_memory_GB": max(self.peak_memory_bytes, default=0) / 1e9,
+                "overridden": len(self.overridden), "setup_s": self.setup_s}
+
+
+def seeded_graph_def(graph_def, seed: int = 0):
+    """A copy of ``graph_def`` in which every random op without a seed gets one from ``seed`` and
+    its name, so every placement of the step computes the same numbers (up to float summation order)."""
+    import zlib
+
+    import tensorflow as tf
+
+    out = tf.compat.v1.GraphDef()
+    out.CopyFrom(graph_def)
+    for node in out.node:
+        if "seed" in node.attr and "seed2" in node.attr and node.attr["seed"].i == 0 and node.attr["seed2"].i == 0:
+            node.attr["seed"].i = seed + 1  # (0, 0) means "seed me at random"
+            node.attr["seed2"].i = zlib.crc32(node.name.encode()) & 0x7FFFFFFF
+    return out
+
+
+def placed_graph_def(graph_def, graph: OpGraph, placement: np.ndarray, devices: list[str]):
+    """A copy of ``graph_def`` with every node's device set from ``placement``."""
+    import tensorflow as tf
+
+    out = tf.compat.v1.GraphDef()
+    out.CopyFrom(graph_def)
+    device = {op.name: devices[int(d)] for op, d in zip(graph.ops, placement)}
+    consumers: dict[str, list[str]] = {}
+    producers: dict[str, list[str]] = {}
+    for node in out.node:
+        for inp in node.input:
+            src = inp.lstrip("^").split(":")[0]
+            consumers.setdefault(src, []).append(node.name)
+            producers.setdefault(node.name, []).append(src)
+    unplaced = [n.name for n in out.node if n.name not in device]
+    for neighbours in (consumers, producers):  # initialisers run where what they initialise lives
+        changed = True
+        while changed:
+            changed = False
+            for name in unplaced:
+                if name not in device:
+                    near = next((device[m] for m in neighbours.get(name, ()) if m in device), None)
+                    if near is not None:
+                        device[name] = near
+                        changed = True
+    for node in out.node:
+        node.device = device.get(node.name, devices[0])
+    return out
+
+
+def worker_cluster(workers: Workers, name: str = "workers") -> Cluster:
+    """The workers as a Cluster (names worker0.., kind cpu); the link is a placeholder
+    until `trinity.runtime.calibrate` measures it."""
+    memory = workers.memory_bytes or available_memory_bytes() // workers.n
+    return cluster_from_dict({
+        "name": name,
+        "devices": [{"name": f"worker{i}", "kind": "cpu", "memory_GB": memory / 1e9} for i in range(workers.n)],
+        "default_link": {"bandwidth_GBps": 2.0, "latency_us": 100.0}}, name)
+
+
+def _trace_figures(run_metadata, graph: OpGraph, asked: dict[str, str], devices: list[str]):
+    """(crossed bytes, data transfers, peak memory per device, overridden ops) of one traced step."""
+    crossed = transfers = 0
+    in_use: dict[str, dict[str, int]] = {d: {} for d in devices}
+    for dev in run_metadata.step_stats.dev_stats:
+        for ns in dev.node_stats:
+            if ns.node_name == "RecvTensor":
+                nbytes = sum(o.tensor_description.allocation_description.requested_bytes for o in ns.output)
+                crossed += nbytes
+                transfers += nbytes > 0
+            for m in ns.memory:
+                per = in_use.setdefault(dev.device, {})
+                per[m.allocator_name] = max(per.get(m.allocator_name, 0), int(m.allocator_bytes_in_use))
+    peak = [sum(in_use.get(d, {}).values()) for d in devices]
+    overridden = []
+    for pg in run_metadata.partition_graphs:
+        for node in pg.node:
+            want = asked.get(node.name)
+            if want is not None and node.device != want:
+                overridden.append((node.name, want, node.device))
+    return crossed, transfers, peak, overridden
+
+
+class Runner:
+    """Runs placements of one exported TensorFlow graph on a set of workers."""
+
+    def __init__(self, graph: OpGraph, graph_def: bytes, workers: Workers, *, timeout_s: float = RUN_TIMEOUT_S,
+                 cluster: Cluster | None = None, seed: int = 0):
+        """``cluster`` describes the workers for the simulator's memory check (device i = task i);
+        by default each worker gets its memory budget with this machine's memory shared evenly."""
+        import tensorflow as tf
+
+        for key in ("train_op", "init_op"):
+            if not graph.meta.get(key):
+                raise PlacementError(f"graph meta has no {key}: only graphs exported from TensorFlow can run",
+                                     source=graph.source, field=f"meta.{key}")
+        self.graph, self.workers, self.timeout_s = graph, workers, timeout_s
+        self.cluster = cluster or worker_cluster(workers)
+        if self.cluster.n_devices != workers.n:
+            raise PlacementError(f"cluster {self.cluster.name!r} has {self.cluster.n_devices} devices for "
+                                 f"{workers.n} workers", field="cluster")
+        self._simulator = None
+        self.graph_def = seeded_graph_def(tf.compat.v1.GraphDef.FromString(graph_def), seed)
+        self.fetches = [graph.meta["train_op"]] + ([graph.meta["loss"]] if graph.meta.get("loss") else [])
+
+    def check(self, placement, name: str = "strategy") -> np.ndarray:
+        """The placement as device indices, refused if it splits a colocation group or if the
+        simulator's memory estimate exceeds a worker's budget."""
+        from trinity.sim import Simulator
+
+        p = check_placement(self.graph, self.cluster, placement, source=name)
+        if self._simulator is None:
+            self._simulator = Simulator(self.graph, self.cluster)
+        res = self._simulator.simulate(p, check=False)
+        if not res.fits:
+            d = int(np.argmax(res.peak_memory_bytes / self.cluster.memory))
+            raise PlacementError(
+                f"would exhaust worker {d}'s memory: the simulator estimates "
+                f"{res.peak_memory_bytes[d] / 1e9:.2f} GB there, its budget is {self.cluster.memory[d] / 1e9:.2f} GB",
+                source=name, field="placement")
+        return p
+
+    def session_config(self):
+        """Sessions keep their own variables, never move ops, and time out. Grappler's remapper
+        is off: it fuses producer and consumer into one kernel even when the placement puts
+        them on different devices (MatMul on task 1 + BiasAdd on task 0 -> one op on task 1)."""
+        import tensorflow as tf
+        from tensorflow.core.protobuf import rewriter_config_pb2
+
+        config = tf.compat.v1.ConfigProto(allow_soft_placement=False, isolate_session_state=True,
+                                          operation_timeout_in_ms=int(self.timeout_s * 1000))
+        config.graph_options.rewrite_options.remapping = rewriter_config_pb2.RewriterConfig.OFF
+        return config
+
+    def _run_options(self, trace: bool = False):
+        import tensorflow as tf
+
+        opts = tf.compat.v1.RunOptions(timeout_in_ms=int(self.timeout_s * 1000))
+        if trace:
+            opts.trace_level = tf.compat.v1.RunOptions.FULL_TRACE
+            opts.output_partition_graphs = True
+        return opts
+
+    def _run(self, sess, fetches, what: str, trace: bool = False):
+        import tensorflow as tf
+
+        run_metadata = tf.compat.v1.RunMetadata() if trace else None
+        try:
+            out = sess.run(fetches, options=self._run_options(trace), run_metadata=run_metadata)
+        except tf.errors.DeadlineExceededError:
+            self.workers.check()
+            raise WorkerError(f"{what} did not finish within {self.timeout_s:g} s", field="timeout") from None
+        except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
+                tf.errors.InternalError, tf.errors.UnknownError) as exc:
+            self.workers.check()  # names the dead worker when it is one of ours
+            raise WorkerError(f"{what} failed on the workers: {str(exc).splitlines()[0]}",
+                              field="workers") from None
+        return out, run_metadata
+
+    def measure(self, placement, name: str = "strategy", *, steps: int = 5, warmup: int = 2, trace: bool = True,
+                into: Measurement | None = None) -> Measurement:
+        """Run ``warmup`` + ``steps`` steps (+ one traced) of ``placement``; add them to ``into``."""
+        import tensorflow as tf
+
+        placement = self.check(placement, name)
+        self.workers.check()
+        m = into or Measurement(name)
+        asked = {op.name: self.workers.devices[int(d)] for op, d in zip(self.graph.ops, placement)}
+        tf_graph = tf.Graph()
+        with tf_graph.as_default():
+            tf.compat.v1.import_graph_def(placed_graph_def(self.graph_def, self.graph, placement,
+                                                           self.workers.devices), name="")
+        start = time.perf_counter()
+        with tf.compat.v1.Session(self.workers.target, graph=tf_graph, config=self.session_config()) as sess:
+            self._run(sess, self.graph.meta["init_op"], f"initialising {name}")
+            for _ in range(warmup):
+                m.loss.append(self._loss(self._run(sess, self.fetches, f"a step of {name}")[0]))
+            m.setup_s += time.perf_counter() - start
+            times = []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                out, _ = self._run(sess, self.fetches, f"a step of {name}")
+                times.append((time.perf_counter() - t0) * 1e6)
+                m.loss.append(self._loss(out))
+            m.step_us += times
+            if times:
+                m.round_median_us.append(float(statistics.median(times)))
+            if trace:
+                out, md = self._run(sess, self.fetches, f"a traced step of {name}", trace=True)
+                m.loss.append(self._loss(out))
+                m.crossed_bytes, m.transfers, m.peak_memory_bytes, m.overridden = _trace_figures(
+                    md, self.graph, asked, self.workers.devices)
+        return m
+
+    @staticmethod
+    def _loss(out) -> float:
+        return float(out[1]) if len(out) > 1 else float("nan")
+
+    def measure_interleaved(self, placements: dict[str, np.ndarray], *, rounds: int = 3, steps: int = 5,
+                            warmup: int = 2, progress: bool = True,
+                            on_result: Callable[[Measurement], None] | None = None) -> dict[str, Measurement]:
+        """Measure every placement ``rounds`` times, one after another in each round.
+
+        ``on_result`` sees each strategy's measurement after every round, so
+        a caller can save what was measured before a later failure.
+        """
+        results: dict[str, Measurement] = {}
+        with tqdm(total=rounds * len(placements), desc="measure", unit="run", disable=not progress) as bar:
+            for r in range(rounds):
+                for name, p in _round_order(placements, r):
+                    m = self.measure(p, name, steps=steps, warmup=warmup, trace=(r == 0),
+                                     into=results.get(name))
+                    results[name] = m
+                    if on_result is not None:
+                        on_result(m)
+                    bar.update()
+        return results
+
+
+def _round_order(placements: dict, r: int) -> Iterable:
+    """Odd rounds run in reverse, so no strategy always follows the same one."""
+    items = list(placements.items())
+    return items if r % 2 == 0 else items[::-1]
