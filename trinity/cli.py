@@ -214,6 +214,106 @@ def cmd_search(args) -> None:
           f"strategy in {out / 'best_strategy.json'}")
 
 
+def _workers(args):
+    from trinity.runtime.workers import open_workers
+
+    return open_workers(args.workers, args.cluster_spec, threads=args.threads_per_worker)
+
+
+def _exported(path):
+    """(graph, GraphDef bytes) of a TensorFlow export."""
+    from pathlib import Path
+
+    g = _graph(path)
+    pb = Path(path).with_name(g.meta.get("graphdef") or "")
+    if g.meta.get("framework") != "tensorflow" or not pb.exists():
+        raise TrinityError("only TensorFlow exports can run on workers: no GraphDef "
+                           f"{pb.name!r} beside the graph (made by `trinity export`)", source=str(path),
+                           field="meta.graphdef")
+    return g, pb.read_bytes()
+
+
+def _calibration(args, g, gd, workers):
+    """The calibrated (cluster, graph) for these workers: read from --calibration DIR, else measured there."""
+    import json
+    from pathlib import Path
+
+    from trinity.cluster import load_cluster
+    from trinity.fileio import write_yaml
+    from trinity.graph import save_graph
+    from trinity.runtime.calibrate import calibrate
+
+    folder = Path(args.calibration)
+    cluster_file, graph_file = folder / "cluster.yaml", folder / "graph.json.gz"
+    if cluster_file.exists() and graph_file.exists() and not getattr(args, "recalibrate", False):
+        cg, cluster = _graph(graph_file), load_cluster(cluster_file)
+        if cg.digest() != g.digest() or cluster.n_devices != workers.n:
+            raise TrinityError(f"calibration in {folder} is for another graph or worker count; use "
+                               "--recalibrate or another --calibration folder", field="calibration")
+        return cluster, cg
+    print(f"calibrating on {workers.n} workers ({', '.join(workers.hosts)}) ...")
+    cluster, doc, cg, report = calibrate(g, gd, workers, steps=args.profile_steps, progress=sys.stderr.isatty())
+    write_yaml(cluster_file, doc)
+    save_graph(cg, graph_file)
+    (folder / "calibration.json").write_text(json.dumps(report, indent=1))
+    link = report["link"]
+    print(f"link: latency {link['latency_us']:.0f} us, bandwidth {link['bandwidth_GBps']:.2f} GB/s (R^2 "
+          f"{link['r2']:.3f}); one worker runs a step in {report['worker_step_us_median'] / 1e3:.1f} ms; "
+          f"written to {folder}")
+    return cluster, cg
+
+
+def cmd_calibrate(args) -> None:
+    g, gd = _exported(args.graph)
+    args.recalibrate = True
+    with _workers(args) as workers:
+        _calibration(args, g, gd, workers)
+
+
+def cmd_validate(args) -> None:
+    import json
+    from pathlib import Path
+
+    from trinity.placement import Strategy
+    from trinity.plots import plot_sim_vs_real
+    from trinity.runtime.validate import Candidate, candidate_strategies, error_summary, validate
+
+    g, gd = _exported(args.graph)
+    out = Path(args.out)
+    if args.calibration is None:
+        args.calibration = str(out / "calibration")
+    strategies = []
+    for path in args.strategy:  # checked before any worker starts
+        s = Strategy.load(path)
+        strategies.append((path, s, s.to_indices(g, source=path)))
+    with _workers(args) as workers:
+        for path, s, _ in strategies:
+            if len(s.devices) > workers.n:
+                raise TrinityError(f"uses {len(s.devices)} devices but there are {workers.n} workers", source=path,
+                                   field="devices")
+        cluster, cg = _calibration(args, g, gd, workers)
+        candidates = [Candidate(Path(p).stem if len(strategies) > 1 else Path(p).name, p, idx)
+                      for p, _, idx in strategies]
+        if args.placers or args.search_samples:
+            candidates += candidate_strategies(cg, cluster, placers=args.placers or (),
+                                               search_samples=args.search_samples, seed=args.seed)
+        if not candidates:
+            raise TrinityError("nothing to run: give strategy files, --placers or --search-samples",
+                               field="strategy")
+        table = validate(cg, gd, workers, cluster, candidates, out_dir=out, rounds=args.rounds, steps=args.steps,
+                         warmup=args.warmup, timeout_s=args.timeout, progress=sys.stderr.isatty())
+    summary = error_summary(table)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    cols = [c for c in ("strategy", "sim_step_ms", "real_step_ms", "real_spread", "step_error", "sim_comm_MB",
+                        "real_crossed_MB", "comm_error", "sim_peak_memory_GB", "real_peak_memory_GB", "overridden",
+                        "refused") if c in table]
+    print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    if summary["strategies"]:
+        plot_sim_vs_real(table, out / "sim_vs_real.png", title=f"{g.name} on {workers.n} workers")
+    print(", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()))
+    print(f"results in {out}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trinity", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -286,6 +386,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", help="write the per-op trace (device, start, end) as CSV")
     p.add_argument("--gantt", help="draw the per-device timeline to this image (PNG, SVG, PDF)")
     p.set_defaults(fn=cmd_simulate)
+
+    def worker_args(p):
+        w = p.add_mutually_exclusive_group()
+        w.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
+        w.add_argument("--cluster-spec", help="YAML/JSON file naming running workers: worker: [host:port, ...]")
+        p.add_argument("--threads-per-worker", type=int, default=1)
+        p.add_argument("--profile-steps", type=int, default=10, help="traced steps when calibrating")
+
+    p = sub.add_parser("calibrate", help="measure workers' link and per-op costs; write the simulator's cluster")
+    p.add_argument("graph", help="a TensorFlow export (its GraphDef lies beside it)")
+    worker_args(p)
+    p.add_argument("--calibration", default="calibration", help="output folder (cluster.yaml, graph.json.gz)")
+    p.set_defaults(fn=cmd_calibrate)
+
+    p = sub.add_parser("validate", help="run strategies on TensorFlow workers and compare with the simulator")
+    p.add_argument("graph", help="a TensorFlow export (its GraphDef lies beside it)")
+    p.add_argument("strategy", nargs="*", help="strategy files (device i runs on worker i)")
+    worker_args(p)
+    p.add_argument("--placers", nargs="*", help="also run these placers' strategies")
+    p.add_argument("--search-samples", type=int, default=0, help="also run N strategies sampled during a search")
+    p.add_argument("--calibration", help="calibration folder to reuse or fill (default OUT/calibration)")
+    p.add_argument("--recalibrate", action="store_true", help="measure again even if --calibration has one")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all strategies")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per strategy per round")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds any one run may take")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="validation", help="output folder (results.csv, sim_vs_real.png)")
+    p.set_defaults(fn=cmd_validate)
 
     p = sub.add_parser("compare", help="compare every placer on a graph")
     p.add_argument("graph")

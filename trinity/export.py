@@ -85,7 +85,7 @@ def profile_graph(path: str | os.PathLike, out: str | os.PathLike, *, steps: int
     model = fit_cost_model([profiled], LOCAL_KIND, observed=observed)
     report = {**report, "cost_model": fit_report(model, [profiled], observed)}
     others = [model.scaled(kind, speedup) for kind, speedup in (kind_speedups or {}).items()]
-    costed = apply_cost_models(profiled, [model] + others)
+    costed = apply_cost_models(profiled, [model] + others, measured=observed[0])
     costed = _with_meta(costed, profile=report, profiled_on=LOCAL_KIND)
     save_graph(costed, out)
     return costed, report

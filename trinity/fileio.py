@@ -65,6 +65,10 @@ def read_json(path: str | os.PathLike) -> Any:
         raise FormatError(f"not valid JSON (truncated?): {msg}{where}", source=str(path)) from None
 
 
+def write_yaml(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_bytes(path, yaml.safe_dump(obj, sort_keys=False).encode())
+
+
 def read_yaml(path: str | os.PathLike) -> Any:
     path = Path(path)
     try:

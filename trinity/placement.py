@@ -66,20 +66,28 @@ class Strategy:
                    {op.name: names[d] for op, d in zip(graph.ops, p)}, dict(meta))
 
     def to_array(self, graph: OpGraph, cluster: Cluster, source: str | None = None) -> np.ndarray:
+        """Indices into ``cluster``'s devices, matched by name."""
+        return check_placement(graph, cluster, self._indices(graph, cluster.device_names, cluster.name, source),
+                               source)
+
+    def to_indices(self, graph: OpGraph, source: str | None = None) -> np.ndarray:
+        """Indices into this strategy's own device list (device i runs on worker i of a real run)."""
+        return self._indices(graph, self.devices, self.cluster, source)
+
+    def _indices(self, graph: OpGraph, names: list[str], cluster_name: str, source: str | None) -> np.ndarray:
         if self.graph_digest != graph.digest():
             raise PlacementError(f"was made for graph {self.graph_name!r} ({self.graph_digest}), not for "
                                  f"{graph.name!r} ({graph.digest()})", source=source, field="graph_digest")
-        names = cluster.device_names
         out = np.empty(graph.n_ops, np.int64)
         for i, op in enumerate(graph.ops):
             dev = self.placement.get(op.name)
             if dev is None:
                 raise PlacementError(f"no device for op {op.name!r}", source=source, field="placement")
             if dev not in names:
-                raise PlacementError(f"op {op.name!r} names unknown device {dev!r}; cluster {cluster.name!r} "
+                raise PlacementError(f"op {op.name!r} names unknown device {dev!r}; cluster {cluster_name!r} "
                                      f"has {names}", source=source, field=f"placement.{op.name}")
             out[i] = names.index(dev)
-        return check_placement(graph, cluster, out, source)
+        return out
 
     def save(self, path: str | os.PathLike) -> None:
         write_json(path, {"format": f"{FORMAT}/{VERSION}", "graph": self.graph_name,

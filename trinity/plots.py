@@ -71,3 +71,24 @@ def plot_search_curve(history: pd.DataFrame, path: str | os.PathLike, title: str
     ax2.set_ylabel("mean reward")
     fig.suptitle(title)
     _save(fig, path)
+
+
+def plot_sim_vs_real(table: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
+    """The paper's Figure 9: simulated against measured step time (and bytes crossed), one dot per strategy."""
+    measured = table.dropna(subset=["real_step_ms"])
+    panels = [("real_step_ms", "sim_step_ms", "step time (ms)"), ("real_crossed_MB", "sim_comm_MB", "bytes crossed (MB)")]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
+    for ax, (real, sim, label) in zip(axes, panels):
+        by_source = measured.groupby("source") if "source" in measured else [("", measured)]
+        for source, part in by_source:
+            ax.scatter(part[real], part[sim], s=22, label=source, alpha=0.8)
+        top = max(float(measured[[real, sim]].max().max()), 1e-9) * 1.08
+        ax.plot([0, top], [0, top], "k-", lw=0.8)
+        ax.fill_between([0, top], [0, 0.9 * top], [0, 1.1 * top], color="grey", alpha=0.15, label="±10%")
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel(f"simulated {label}")
+    axes[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(title)
+    _save(fig, path)

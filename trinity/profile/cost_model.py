@@ -116,16 +116,20 @@ def fit_report(model: LinearCostModel, graphs: list[OpGraph], observed: list[set
     }
 
 
-def apply_cost_models(graph: OpGraph, models: list[LinearCostModel]) -> OpGraph:
+def apply_cost_models(graph: OpGraph, models: list[LinearCostModel], measured: set[str] = frozenset()) -> OpGraph:
     """A copy of ``graph`` whose ops carry each model's prediction in ``compute_us_by_kind``.
 
-    Measured times are kept; ops the profiler never saw get the prediction
-    of the first model as their ``compute_us``.
+    Measured times are kept: ops named in ``measured`` keep their
+    ``compute_us`` as their time on the first model's kind (the kind they
+    were measured on); ops the profiler never saw get the prediction of the
+    first model as their ``compute_us``.
     """
     preds = {m.kind: m.predict(graph) for m in models}
     ops = []
     for i, op in enumerate(graph.ops):
         by_kind = dict(op.compute_us_by_kind)
+        if models and op.name in measured and op.compute_us is not None:
+            by_kind.setdefault(models[0].kind, op.compute_us)
         for kind, p in preds.items():
             by_kind.setdefault(kind, float(max(p[i], 0.0)))
         compute = op.compute_us if op.compute_us is not None else (

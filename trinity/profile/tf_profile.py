@@ -183,9 +183,14 @@ class _Trace:
         return OpGraph(ops, g.edges, name=g.name, meta=meta, source=g.source)
 
 
-def profile_tf(graph: OpGraph, graph_def: bytes, *, steps: int = 10, warmup: int = 3, threads: int = 2,
-               progress: bool = True) -> tuple[OpGraph, dict]:
-    """Run the training step for real; return (graph with measured costs, report). See the module doc."""
+def profile_tf(graph: OpGraph, graph_def, *, steps: int = 10, warmup: int = 3, threads: int = 2,
+               progress: bool = True, target: str = "", session_config=None) -> tuple[OpGraph, dict]:
+    """Run the training step for real; return (graph with measured costs, report). See the module doc.
+
+    ``graph_def`` is serialized or a GraphDef. By default the step runs in this process with
+    ``threads`` threads; with ``target`` (a worker's gRPC address) and ``session_config`` it
+    runs there, as placed in ``graph_def``, with the worker's own threads.
+    """
     import tensorflow as tf
 
     if steps < 1 or warmup < 0 or threads < 1:
@@ -203,14 +208,16 @@ def profile_tf(graph: OpGraph, graph_def: bytes, *, steps: int = 10, warmup: int
 
     tf_graph = tf.Graph()
     with tf_graph.as_default():
-        tf.compat.v1.import_graph_def(tf.compat.v1.GraphDef.FromString(graph_def), name="")
-    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
+        tf.compat.v1.import_graph_def(tf.compat.v1.GraphDef.FromString(graph_def) if isinstance(graph_def, bytes)
+                                      else graph_def, name="")
+    config = session_config or tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
+                                                        inter_op_parallelism_threads=threads)
     full_trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     trace = _Trace(graph, {t.as_datatype_enum for t in (tf.resource, tf.variant, tf.string)})
     untraced_us, traced_us = [], []
     start = time.perf_counter()
     try:
-        with tf.compat.v1.Session(graph=tf_graph, config=config) as sess, \
+        with tf.compat.v1.Session(target, graph=tf_graph, config=config) as sess, \
                 tqdm(total=warmup + 2 * steps, desc=f"profile {graph.name}", unit="run", disable=not progress) as bar:
             sess.run(init_op)
             for _ in range(warmup):

@@ -113,6 +113,7 @@ class Search:
             (lambda r: mdpe_reward(r, cfg.reward)) if cfg.method == "trinity"
             else (lambda r: hierarchical_reward(r, cfg.reward.fail_runtime_ratio)))
         self.iteration = 0
+        self.last_placements: np.ndarray | None = None
         self.best = Best()
         self.history: list[dict] = []
         self.seconds = 0.0
@@ -186,6 +187,7 @@ class Search:
         noise = cfg.noise_max * max(0.0, 1.0 - self.iteration / cfg.noise_steps) if cfg.noise_steps else 0.0
         strategy = self.policy.sample(cfg.batch, self.generator, noise)
         placements = strategy.placements(self.units.unit_of_op)
+        self.last_placements = placements  # for callers that want the samples (validation)
         results = [self.simulator.simulate(p, check=False) for p in placements]
         rewards = torch.tensor([self.reward_fn(r) for r in results], dtype=torch.float32)
         self._track_best(results, rewards, placements)

@@ -32,7 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1, help="intra- and inter-op threads")
     parser.add_argument("--parent", type=int, default=os.getppid())
+    parser.add_argument("--cpus", help="comma-separated CPU ids to pin this worker to")
     args = parser.parse_args(argv)
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     threading.Thread(target=_exit_with_parent, args=(args.parent,), daemon=True).start()
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

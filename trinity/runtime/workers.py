@@ -99,7 +99,7 @@ class LocalWorkers(Workers):
     """``n`` worker processes on this machine with ``threads`` threads each."""
 
     def __init__(self, n: int, threads: int = 1, ports: list[int] | None = None,
-                 start_timeout_s: float = START_TIMEOUT_S):
+                 start_timeout_s: float = START_TIMEOUT_S, pin: bool = True):
         if n < 1 or threads < 1:
             raise WorkerError(f"need at least 1 worker and 1 thread, got {n} and {threads}", field="workers")
         if ports is not None and len(ports) != n:
@@ -112,11 +112,15 @@ class LocalWorkers(Workers):
         self.threads = threads
         self.procs: list[subprocess.Popen] = []
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+        cpus = sorted(os.sched_getaffinity(0))
         try:
             for task in range(n):
+                # Pinned to its own cores (round robin) so workers do not trade places mid-step.
+                pinned = ["--cpus", ",".join(str(cpus[(task * threads + k) % len(cpus)]) for k in range(threads))]
                 self.procs.append(subprocess.Popen(
                     [sys.executable, "-m", "trinity.runtime.worker", "--hosts", ",".join(self.hosts),
-                     "--task", str(task), "--threads", str(threads), "--parent", str(os.getpid())],
+                     "--task", str(task), "--threads", str(threads), "--parent", str(os.getpid())]
+                    + (pinned if pin else []),
                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                     start_new_session=True))  # Ctrl-C reaches the runner, which stops them
             self._wait_ready(start_timeout_s)

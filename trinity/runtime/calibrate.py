@@ -1,0 +1,153 @@
+"""Calibrate the simulator to a set of workers: measure the link and every op's cost there.
+
+`measure_link` times a tensor of each size going from task 0 to task 1 and
+back as 4 bytes, against the same computation on task 0 alone, in interleaved
+repeats; the extra time is two transfers, so a least-squares line through
+(size, median extra time) gives ``2 x latency`` as its intercept and
+``1 / bandwidth`` as its slope.
+
+`profile_on_worker` runs the whole step on task 0 with the runner's session
+settings (the worker's own thread budget, Grappler's remapper off) and
+traces every op; the step's ops keep these measured times, and ops the trace
+never shows (pruned or folded away) cost 0.
+
+`calibrate` does both and returns the calibrated cluster (devices
+``worker0..``, kind ``worker``, the measured link, each worker's memory
+budget) and the calibrated graph: what `trinity validate` simulates.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+from tqdm import tqdm
+
+from trinity.cluster import Cluster, cluster_from_dict
+from trinity.errors import TrinityError
+from trinity.graph.ir import OpGraph
+from trinity.runtime.runner import Runner, placed_graph_def
+from trinity.runtime.workers import WorkerError, Workers
+
+DEFAULT_SIZES = (4_096, 65_536, 524_288, 2_097_152, 8_388_608, 33_554_432)
+WORKER_KIND = "worker"
+
+
+@dataclass
+class LinkFit:
+    latency_us: float
+    bandwidth_GBps: float
+    sizes: list[int]
+    extra_us: list[float]  # median extra time of the round trip per size
+    r2: float
+
+    def predict_us(self, nbytes: float) -> float:
+        return self.latency_us + nbytes / (self.bandwidth_GBps * 1e3)
+
+    def to_dict(self) -> dict:
+        return {"latency_us": self.latency_us, "bandwidth_GBps": self.bandwidth_GBps, "sizes": self.sizes,
+                "round_trip_extra_us": self.extra_us, "r2": self.r2}
+
+
+def fit_link(sizes, extra_us) -> LinkFit:
+    """Latency and bandwidth from round-trip extra times: extra = 2 * latency + size / bandwidth."""
+    x, y = np.asarray(sizes, float), np.asarray(extra_us, float)
+    slope, intercept = np.polyfit(x, y, 1)
+    if slope <= 0:
+        raise TrinityError(f"transfer time does not grow with size (slope {slope:.3g} us/B): the link "
+                           "measurement is noise; rerun with more repeats on a quieter machine", field="link")
+    fitted = intercept + slope * x
+    r2 = 1 - float(((y - fitted) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-12))
+    return LinkFit(float(max(intercept / 2, 0.0)), float(1e-3 / slope), [int(s) for s in sizes],
+                   [float(v) for v in y], float(r2))
+
+
+def measure_link(workers: Workers, sizes=DEFAULT_SIZES, repeats: int = 20, *, src: int = 0, dst: int = 1,
+                 timeout_s: float = 60.0, progress: bool = True) -> LinkFit:
+    """Fit the link from task ``src`` to task ``dst`` (see the module doc)."""
+    import tensorflow as tf
+
+    if workers.n < 2:
+        raise WorkerError("measuring a link needs at least 2 workers", field="workers")
+    devices = workers.devices
+    graph = tf.Graph()
+    pairs = []
+    with graph.as_default():
+        for size in sizes:
+            with tf.device(devices[src]):
+                v = tf.Variable(tf.zeros([size // 4]), name=f"payload_{size}")
+                value = v.read_value()
+            legs = []
+            for where in (src, dst):  # same computation, first local then across the link
+                with tf.device(devices[where]):
+                    total = tf.reduce_sum(value)
+                with tf.device(devices[src]):
+                    legs.append(tf.identity(total))
+            pairs.append(legs)
+        init = tf.compat.v1.global_variables_initializer()
+    config = tf.compat.v1.ConfigProto(isolate_session_state=True, operation_timeout_in_ms=int(timeout_s * 1000))
+    options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
+    extra = {s: [] for s in sizes}
+    with tf.compat.v1.Session(workers.target, graph=graph, config=config) as sess:
+        try:
+            sess.run(init, options=options)
+            for local, remote in pairs:  # warm both paths
+                sess.run([local, remote], options=options)
+            for _ in tqdm(range(repeats), desc="link", unit="round", disable=not progress):
+                for size, (local, remote) in zip(sizes, pairs):
+                    t = []
+                    for fetch in (local, remote, remote, local):  # ABBA: drift cancels
+                        t0 = time.perf_counter()
+                        sess.run(fetch, options=options)
+                        t.append(time.perf_counter() - t0)
+                    extra[size].append((t[1] + t[2] - t[0] - t[3]) / 2 * 1e6)
+        except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.AbortedError) as exc:
+            workers.check()
+            raise WorkerError(f"link measurement failed: {str(exc).splitlines()[0]}", field="workers") from None
+    return fit_link(sizes, [statistics.median(extra[s]) for s in sizes])
+
+
+def profile_on_worker(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int = 10, warmup: int = 3,
+                      task: int = 0, progress: bool = True) -> tuple[OpGraph, dict]:
+    """Every op's time on worker ``task`` with the whole step there (see the module doc)."""
+    from trinity.profile.tf_profile import profile_tf
+
+    runner = Runner(graph, graph_def, workers)
+    placement = np.full(graph.n_ops, task, np.int64)
+    placed = placed_graph_def(runner.graph_def, graph, placement, workers.devices)
+    profiled, report = profile_tf(graph, placed, steps=steps, warmup=warmup, progress=progress,
+                                  target=workers.target, session_config=runner.session_config())
+    observed = set(report.pop("observed_ops"))
+    # The worker's time is the op's time: drop other kinds' predictions so nothing masks it.
+    ops = [replace(op, compute_us=op.compute_us if op.name in observed else 0.0,
+                   compute_us_by_kind={k: v for k, v in op.compute_us_by_kind.items() if k != WORKER_KIND})
+           for op in profiled.ops]
+    meta = {**graph.meta, "calibration_profile": {k: v for k, v in report.items() if k != "step_us"}}
+    return OpGraph(ops, profiled.edges, name=graph.name, meta=meta, source=graph.source), report
+
+
+def worker_cluster_yaml(workers: Workers, link: LinkFit, memory_bytes: int, name: str = "calibrated") -> dict:
+    return {
+        "name": name,
+        "devices": [{"name": f"worker{i}", "kind": WORKER_KIND, "speed": 1.0, "memory_GB": memory_bytes / 1e9}
+                    for i in range(workers.n)],
+        "default_link": {"bandwidth_GBps": round(link.bandwidth_GBps, 4), "latency_us": round(link.latency_us, 2)},
+        "calibration": {**link.to_dict(), "hosts": list(workers.hosts)},
+    }
+
+
+def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int = 10, warmup: int = 3,
+              link_repeats: int = 20, progress: bool = True) -> tuple[Cluster, dict, OpGraph, dict]:
+    """(cluster, its YAML document, calibrated graph, report) for ``workers``."""
+    from trinity.runtime.runner import worker_cluster
+
+    link = measure_link(workers, repeats=link_repeats, progress=progress)
+    costed, profile = profile_on_worker(graph, graph_def, workers, steps=steps, warmup=warmup, progress=progress)
+    memory = int(worker_cluster(workers).memory[0])
+    doc = worker_cluster_yaml(workers, link, memory)
+    cluster = cluster_from_dict({k: v for k, v in doc.items() if k != "calibration"}, "calibration")
+    report = {"link": link.to_dict(), "profile": {k: v for k, v in profile.items() if k != "step_us"},
+              "worker_step_us_median": profile["step_us_median"]}
+    return cluster, doc, costed, report

@@ -1,0 +1,138 @@
+"""Hold the simulator to real runs: many strategies, simulated and measured.
+
+`candidate_strategies` gathers strategies worth checking: every placer's
+output and strategies sampled during a short Trinity search (warm-started
+from m-ETF, so the samples are the near-optimal, subtly different placements
+a search actually weighs). `validate` simulates each on the calibrated graph
+and cluster, measures each on the workers in interleaved rounds, and returns
+one row per strategy; rows are written to ``results.csv`` after every
+measurement, so a failure later keeps what was measured.
+
+Errors are relative to the measurement: ``(sim - real) / real``.
+Communication compares the simulator's bytes sent (each tensor once per
+consuming device) with the bytes of the ``RecvTensor`` records.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from trinity.cluster import Cluster
+from trinity.errors import PlacementError, TrinityError
+from trinity.fileio import atomic_write_bytes
+from trinity.graph.ir import OpGraph
+from trinity.runtime.runner import Measurement, Runner
+from trinity.runtime.workers import Workers
+
+VALIDATION_PLACERS = ("single", "metis", "m-etf", "m-sct", "m-topo", "expert", "round-robin", "random")
+
+
+@dataclass
+class Candidate:
+    name: str
+    source: str  # placer name, "search" or a strategy file
+    placement: np.ndarray
+
+
+def candidate_strategies(graph: OpGraph, cluster: Cluster, *, placers=VALIDATION_PLACERS, search_samples: int = 0,
+                         search_iterations: int = 40, warm_start: str | None = "m-etf", seed: int = 0,
+                         progress: bool = True) -> list[Candidate]:
+    """Each placer's placement, then ``search_samples`` strategies sampled along a short search."""
+    from trinity.placers import place
+
+    out = []
+    for name in placers:
+        try:
+            options = {"seed": seed} if name == "random" else {}
+            out.append(Candidate(name, name, place(name, graph, cluster, **options).placement))
+        except PlacementError as exc:  # e.g. a placer that cannot fit the graph: nothing to measure
+            print(f"skipping placer {name}: {exc}")
+    if search_samples > 0:
+        out += _search_samples(graph, cluster, search_samples, max(search_iterations, search_samples), warm_start,
+                               seed, progress)
+    return out
+
+
+def _search_samples(graph, cluster, n, iterations, warm_start, seed, progress) -> list[Candidate]:
+    from trinity.rl.search import Search, SearchConfig
+
+    cfg = SearchConfig(method="trinity", iterations=iterations, seed=seed, warm_start=warm_start, threads=1,
+                       num_groups=min(256, graph.arrays.n_groups))
+    with tempfile.TemporaryDirectory() as tmp:
+        search = Search(graph, cluster, cfg, tmp, progress=False)
+        every = iterations // n
+        out = []
+        for it in range(iterations):
+            search.step()
+            search.iteration += 1
+            if (it + 1) % every == 0 and len(out) < n:
+                out.append(Candidate(f"search-it{it + 1}", "search", search.last_placements[0].copy()))
+    return out
+
+
+def _row(c: Candidate, sim, m: Measurement | None) -> dict:
+    row = {"strategy": c.name, "source": c.source, "sim_step_ms": sim.step_time_us / 1e3,
+           "sim_comm_MB": float(sim.sent_bytes.sum()) / 1e6, "sim_transfers": None,
+           "sim_peak_memory_GB": sim.max_memory_bytes / 1e9}
+    if m is not None:
+        row.update(m.summary())
+        row["strategy"] = c.name
+        row["step_error"] = (row["sim_step_ms"] - row["real_step_ms"]) / row["real_step_ms"]
+        row["comm_error"] = ((row["sim_comm_MB"] - row["real_crossed_MB"]) / row["real_crossed_MB"]
+                             if row["real_crossed_MB"] > 0 else (0.0 if row["sim_comm_MB"] == 0 else np.inf))
+    return row
+
+
+def validate(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluster, candidates: list[Candidate], *,
+             out_dir: str | os.PathLike | None = None, rounds: int = 3, steps: int = 3, warmup: int = 2,
+             timeout_s: float = 300.0, progress: bool = True) -> pd.DataFrame:
+    """Simulate and measure every candidate; one row each (see the module doc)."""
+    from trinity.sim import Simulator
+
+    if cluster.n_devices != workers.n:
+        raise TrinityError(f"cluster {cluster.name!r} has {cluster.n_devices} devices for {workers.n} workers",
+                           field="cluster")
+    simulator = Simulator(graph, cluster)
+    runner = Runner(graph, graph_def, workers, cluster=cluster, timeout_s=timeout_s)
+    sims, runnable, refused = {}, {}, []
+    for c in candidates:
+        sims[c.name] = simulator.simulate(c.placement)
+        try:
+            runnable[c.name] = runner.check(c.placement, c.name)
+        except PlacementError as exc:
+            refused.append({**_row(c, sims[c.name], None), "refused": str(exc)})
+    by_name = {c.name: c for c in candidates}
+    rows: dict[str, dict] = {}
+
+    def save(m: Measurement) -> None:
+        rows[m.name] = _row(by_name[m.name], sims[m.name], m)
+        if out_dir is not None:
+            table = pd.DataFrame(list(rows.values()) + refused)
+            atomic_write_bytes(Path(out_dir) / "results.csv", table.to_csv(index=False).encode())
+
+    runner.measure_interleaved(runnable, rounds=rounds, steps=steps, warmup=warmup, progress=progress,
+                               on_result=save)
+    return pd.DataFrame(list(rows.values()) + refused)
+
+
+def error_summary(table: pd.DataFrame) -> dict:
+    """Median and 90th percentile of |relative error| of step time and communication."""
+    measured = table.dropna(subset=["real_step_ms"]) if "real_step_ms" in table else table.iloc[:0]
+    step = measured["step_error"].abs()
+    comm = measured.loc[measured["real_crossed_MB"] > 0, "comm_error"].abs()
+    return {
+        "strategies": int(len(measured)),
+        "step_error_median": float(step.median()) if len(step) else float("nan"),
+        "step_error_p90": float(step.quantile(0.9)) if len(step) else float("nan"),
+        "comm_error_median": float(comm.median()) if len(comm) else float("nan"),
+        "comm_error_p90": float(comm.quantile(0.9)) if len(comm) else float("nan"),
+        "overridden_ops": int(measured["overridden"].sum()) if len(measured) else 0,
+        "rank_correlation": float(measured["sim_step_ms"].rank().corr(measured["real_step_ms"].rank()))
+        if len(measured) > 2 else float("nan"),
+    }
