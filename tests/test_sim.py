@@ -94,6 +94,33 @@ def test_lower_bound():
     assert Simulator(g, make_cluster(4, speeds=[1, 1, 1, 1])).lower_bound_us == 10.0
 
 
+def test_send_cpu_share_takes_the_senders_processor_in_turn_with_ops():
+    # a (10 us) on d0 sends 2000 B to b on d1 (4 us) and releases c on d0 (control edge).
+    # With half of each transfer on the sender's processor, d0 serialises [10, 12] before c,
+    # the link carries it [12, 14]; without, c starts at 10 and the link runs [10, 14].
+    g = OpGraph([Op("a", "A", 10.0, output_bytes=(2000,)), Op("b", "B", 5.0), Op("c", "C", 3.0)],
+                [Edge("a", "b", 0), Edge("a", "c", None)])
+    shared = cluster_from_dict({"name": "cpu", "send_cpu_share": 0.5,
+                                "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(2)],
+                                "default_link": {"bandwidth_GBps": 1.0, "latency_us": 2.0}})
+    for res in both(g, shared, [0, 1, 0]):
+        assert list(res.op_start) == [0.0, 14.0, 12.0]
+        assert res.step_time_us == 19.0
+        assert list(res.busy_us) == [13.0, 5.0]  # ops only
+        assert list(res.transfers[0]) == [0, 0, 0, 1, 2000, 10.0, 14.0]
+    for res in both(g, make_cluster(2), [0, 1, 0]):
+        assert list(res.op_start) == [0.0, 14.0, 10.0]
+
+
+def test_send_cpu_share_must_be_a_fraction():
+    from trinity.errors import ClusterError
+
+    doc = {"name": "x", "send_cpu_share": 1.5, "devices": [{"name": "d0", "memory_GB": 1}],
+           "default_link": {"bandwidth_GBps": 1.0, "latency_us": 1.0}}
+    with pytest.raises(ClusterError, match="send_cpu_share"):
+        cluster_from_dict(doc)
+
+
 CLUSTERS = [
     make_cluster(2),
     make_cluster(3, latency_us=0.0),
@@ -105,7 +132,12 @@ CLUSTERS = [
 ]
 
 
-@pytest.mark.parametrize("seed", range(120))
+CLUSTERS.append(cluster_from_dict({"name": "cpu-workers", "send_cpu_share": 0.6,
+                                   "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(3)],
+                                   "default_link": {"bandwidth_GBps": 1.0, "latency_us": 3.0}}))
+
+
+@pytest.mark.parametrize("seed", range(150))
 def test_fast_equals_reference_on_random_dags(seed):
     rng = np.random.default_rng(seed)
     graph = random_dag(int(rng.integers(2, 25)), float(rng.uniform(0.05, 0.5)), seed=seed)

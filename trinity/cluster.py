@@ -14,6 +14,11 @@ A cluster is a YAML file (a Hydra config group: ``trinity/conf/cluster/``)::
 a time measured or fitted for the device's ``kind``. ``flops_per_s`` costs
 ops that only carry FLOPs. GB means 1e9 bytes. A transfer of b bytes from s
 to d takes ``latency_us[s, d] + b / bandwidth[s, d]`` microseconds.
+
+``send_cpu_share`` (default 0) is for workers whose processors also move the
+data, as CPU workers over gRPC do: that fraction of each transfer's time
+occupies the sender's processor (in turn with its ops), the rest is on the
+link (see `trinity.sim`). `trinity calibrate` measures it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class Cluster:
     devices: tuple[Device, ...]
     bandwidth: np.ndarray  # float64[D, D] bytes per microsecond; diagonal unused
     latency: np.ndarray  # float64[D, D] microseconds; diagonal unused
+    send_cpu_share: float = 0.0  # fraction of a transfer's time the sender's processor spends on it
 
     @property
     def n_devices(self) -> int:
@@ -75,6 +81,7 @@ class Cluster:
         names = self.device_names
         return {
             "name": self.name,
+            **({"send_cpu_share": self.send_cpu_share} if self.send_cpu_share else {}),
             "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
                          **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {})} for d in self.devices],
             "links": [{"src": names[s], "dst": names[t], "bandwidth_GBps": float(self.bandwidth[s, t]) / 1e3,
@@ -150,7 +157,12 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
         s, t = missing[0]
         raise ClusterError(f"no link from {names[s]!r} to {names[t]!r} and no default_link",
                            source=source, field="links")
-    return Cluster(name=str(doc.get("name") or Path(source).stem), devices=tuple(devices), bandwidth=bw, latency=lat)
+    share = _number(doc, "send_cpu_share", "cluster", source, positive=False, default=0.0) \
+        if doc.get("send_cpu_share") is not None else 0.0
+    if share > 1:
+        raise ClusterError(f"must be between 0 and 1, got {share}", source=source, field="send_cpu_share")
+    return Cluster(name=str(doc.get("name") or Path(source).stem), devices=tuple(devices), bandwidth=bw, latency=lat,
+                   send_cpu_share=share)
 
 
 def preset_names() -> list[str]:

@@ -184,6 +184,7 @@ class Runner:
     def check(self, placement, name: str = "strategy") -> np.ndarray:
         """The placement as device indices, refused if it splits a colocation group or if the
         simulator's memory estimate exceeds a worker's budget."""
+        from trinity.placers.base import format_bytes
         from trinity.sim import Simulator
 
         p = check_placement(self.graph, self.cluster, placement, source=name)
@@ -194,20 +195,24 @@ class Runner:
             d = int(np.argmax(res.peak_memory_bytes / self.cluster.memory))
             raise PlacementError(
                 f"would exhaust worker {d}'s memory: the simulator estimates "
-                f"{res.peak_memory_bytes[d] / 1e9:.2f} GB there, its budget is {self.cluster.memory[d] / 1e9:.2f} GB",
+                f"{format_bytes(res.peak_memory_bytes[d])} there, its budget is {format_bytes(self.cluster.memory[d])}",
                 source=name, field="placement")
         return p
 
     def session_config(self):
-        """Sessions keep their own variables, never move ops, and time out. Grappler's remapper
-        is off: it fuses producer and consumer into one kernel even when the placement puts
-        them on different devices (MatMul on task 1 + BiasAdd on task 0 -> one op on task 1)."""
+        """Sessions keep their own variables, never move ops, and time out. Two Grappler passes
+        are off because they change what crosses devices: the remapper fuses producer and
+        consumer into one kernel even when the placement puts them on different devices
+        (MatMul on task 1 + BiasAdd on task 0 -> one op on task 1), and the dependency
+        optimizer removes Identity ops, so the tensor crosses from the Identity's producer."""
         import tensorflow as tf
         from tensorflow.core.protobuf import rewriter_config_pb2
 
         config = tf.compat.v1.ConfigProto(allow_soft_placement=False, isolate_session_state=True,
                                           operation_timeout_in_ms=int(self.timeout_s * 1000))
-        config.graph_options.rewrite_options.remapping = rewriter_config_pb2.RewriterConfig.OFF
+        rewrites = config.graph_options.rewrite_options
+        rewrites.remapping = rewriter_config_pb2.RewriterConfig.OFF
+        rewrites.dependency_optimization = rewriter_config_pb2.RewriterConfig.OFF
         return config
 
     def _run_options(self, trace: bool = False):

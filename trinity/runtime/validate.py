@@ -6,7 +6,8 @@ from m-ETF, so the samples are the near-optimal, subtly different placements
 a search actually weighs). `validate` simulates each on the calibrated graph
 and cluster, measures each on the workers in interleaved rounds, and returns
 one row per strategy; rows are written to ``results.csv`` after every
-measurement, so a failure later keeps what was measured.
+measurement, so a failure later keeps what was measured, and every strategy
+to ``strategies/<name>.json``.
 
 Errors are relative to the measurement: ``(sim - real) / real``.
 Communication compares the simulator's bytes sent (each tensor once per
@@ -27,6 +28,7 @@ from trinity.cluster import Cluster
 from trinity.errors import PlacementError, TrinityError
 from trinity.fileio import atomic_write_bytes
 from trinity.graph.ir import OpGraph
+from trinity.placement import Strategy
 from trinity.runtime.runner import Measurement, Runner
 from trinity.runtime.workers import Workers
 
@@ -99,6 +101,10 @@ def validate(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluste
         raise TrinityError(f"cluster {cluster.name!r} has {cluster.n_devices} devices for {workers.n} workers",
                            field="cluster")
     simulator = Simulator(graph, cluster)
+    if out_dir is not None:  # the exact strategies measured, so any row can be rerun
+        for c in candidates:
+            Strategy.from_array(graph, cluster, c.placement, source=c.source).save(
+                Path(out_dir) / "strategies" / f"{c.name}.json")
     runner = Runner(graph, graph_def, workers, cluster=cluster, timeout_s=timeout_s)
     sims, runnable, refused = {}, {}, []
     for c in candidates:

@@ -12,6 +12,11 @@ and `fast.py` the compiled one the search uses):
   consuming device) on the producer device's outgoing FIFO. Each device
   sends one tensor at a time, overlapping its compute; a transfer of b bytes
   from s to d takes ``latency[s, d] + b / bandwidth[s, d]`` microseconds.
+  With a cluster ``send_cpu_share`` f > 0 (CPU workers, whose processors also
+  move the data), a tensor is first queued on the sender's run queue like an
+  op and occupies its processor for f of that time, then spends the rest
+  (1 - f) on the sender's outgoing FIFO; the transfer starts (and the
+  receiver's copy is allocated) when the processor takes it up.
 * Ties: completions are handled in time order, and at equal times in the
   order they started; after each completion every idle device (in device
   order) starts its next op, then every idle sender its next tensor.

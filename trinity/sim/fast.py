@@ -43,6 +43,7 @@ class Simulator:
             a.out_ptr, a.dst[a.out_edges], a.edge_tensor[a.out_edges],
             a.in_ptr, a.src[a.in_edges], a.edge_tensor[a.in_edges],
             np.ascontiguousarray(cluster.bandwidth), np.ascontiguousarray(cluster.latency),
+            float(cluster.send_cpu_share),
         )
         self._memory = cluster.memory.astype(np.float64)
 
@@ -77,7 +78,8 @@ def _append(head, tail, nxt, queue, item):
 
 @numba.njit(cache=True, error_model="numpy")
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
-              temporary, indegree, out_ptr, out_dst, out_tensor, in_ptr, in_src, in_tensor, bandwidth, latency):
+              temporary, indegree, out_ptr, out_dst, out_tensor, in_ptr, in_src, in_tensor, bandwidth, latency,
+              cpu_share):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
@@ -109,11 +111,12 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     start = np.zeros(n)
     end = np.zeros(n)
 
-    # Per-device FIFO linked lists: ready ops and transfers waiting for the sender.
+    # Per-device FIFO linked lists: ready work (op v, or n + x: the sender's CPU share of
+    # transfer x) and transfers waiting for the sender.
+    x_cap = n_edges + 1
     ready_head = np.full(n_dev, -1, np.int64)
     ready_tail = np.full(n_dev, -1, np.int64)
-    ready_next = np.full(n, -1, np.int64)
-    x_cap = n_edges + 1
+    ready_next = np.full(n + x_cap, -1, np.int64)
     x_tensor = np.empty(x_cap, np.int64)
     x_src = np.empty(x_cap, np.int64)
     x_dst = np.empty(x_cap, np.int64)
@@ -155,6 +158,17 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 ready_head[d] = ready_next[v]
                 if ready_head[d] < 0:
                     ready_tail[d] = -1
+                if v >= n:  # the CPU share of a transfer: the receiver's copy starts now
+                    x = v - n
+                    nbytes = tensor_bytes[x_tensor[x]]
+                    x_start[x] = now
+                    live[x_dst[x]] += nbytes
+                    grown |= 1 << x_dst[x]
+                    slot_item[d] = v
+                    slot_time[d] = now + cpu_share * (latency[d, x_dst[x]] + nbytes / bandwidth[d, x_dst[x]])
+                    slot_seq[d] = seq
+                    seq += 1
+                    continue
                 start[v] = now
                 end[v] = now + duration[v]
                 busy[d] += duration[v]
@@ -172,10 +186,11 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 if out_head[d] < 0:
                     out_tail[d] = -1
                 nbytes = tensor_bytes[x_tensor[x]]
-                x_start[x] = now
-                x_end[x] = now + latency[d, x_dst[x]] + nbytes / bandwidth[d, x_dst[x]]
-                live[x_dst[x]] += nbytes
-                grown |= 1 << x_dst[x]
+                x_end[x] = now + (1.0 - cpu_share) * (latency[d, x_dst[x]] + nbytes / bandwidth[d, x_dst[x]])
+                if cpu_share == 0.0:
+                    x_start[x] = now
+                    live[x_dst[x]] += nbytes
+                    grown |= 1 << x_dst[x]
                 slot_item[s] = x
                 slot_time[s] = x_end[x]
                 slot_seq[s] = seq
@@ -207,7 +222,11 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
         slot_time[best] = inf
         slot_seq[best] = idle
 
-        if best < n_dev:  # op `item` finished on device `best`
+        if best < n_dev and item >= n:  # the CPU share of transfer `item - n` is done: to the wire
+            compute_dirty |= 1 << best
+            _append(out_head, out_tail, x_next, best, item - n)
+            send_dirty |= 1 << best
+        elif best < n_dev:  # op `item` finished on device `best`
             u = item
             du = best
             compute_dirty |= 1 << du
@@ -244,8 +263,12 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     x_tensor[x] = t
                     x_src[x] = du
                     x_dst[x] = dv
-                    _append(out_head, out_tail, x_next, du, x)
-                    send_dirty |= 1 << du
+                    if cpu_share > 0.0:  # the sender's CPU serialises it first, in turn with ops
+                        _append(ready_head, ready_tail, ready_next, du, n + x)
+                        compute_dirty |= 1 << du
+                    else:
+                        _append(out_head, out_tail, x_next, du, x)
+                        send_dirty |= 1 << du
         else:  # transfer `item` arrived
             x = item
             t = x_tensor[x]

@@ -50,11 +50,17 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
         if waiting[v] == 0:
             ready[dev[v]].append(v)
 
+    share = cluster.send_cpu_share
+
     def dispatch():
         for d in range(n_dev):
             if not computing[d] and ready[d]:
                 v = ready[d].popleft()
                 computing[d] = True
+                if isinstance(v, dict):  # the sender's CPU share of transfer v
+                    v["start"] = now
+                    push(now + share * cluster.transfer_us(d, v["dst"], v["bytes"]), "serialised", v)
+                    continue
                 start[v] = now
                 end[v] = now + duration[v]
                 push(end[v], "op", v)
@@ -62,8 +68,9 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
             if not sending[d] and outbox[d]:
                 x = outbox[d].popleft()
                 sending[d] = True
-                x["start"] = now
-                x["end"] = now + cluster.transfer_us(d, x["dst"], x["bytes"])
+                if share == 0:
+                    x["start"] = now
+                x["end"] = now + (1 - share) * cluster.transfer_us(d, x["dst"], x["bytes"])
                 push(x["end"], "transfer", x)
 
     for v in range(graph.n_ops):
@@ -83,7 +90,11 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
                     if key not in transfers:  # a tensor goes once to each consuming device
                         nbytes = graph.ops[u].output_bytes[k]
                         transfers[key] = {"src": dev[u], "dst": dev[v], "bytes": nbytes, "producer": u, "output": k}
-                        outbox[dev[u]].append(transfers[key])
+                        # With a CPU share the sender's processor serialises it first, in turn with ops.
+                        (ready if share > 0 else outbox)[dev[u]].append(transfers[key])
+        elif kind == "serialised":
+            computing[payload["src"]] = False
+            outbox[payload["src"]].append(payload)
         else:
             x = payload
             sending[x["src"]] = False

@@ -1,0 +1,342 @@
+"""Running strategies on TensorFlow workers: the link fit, the placed GraphDef, real runs on local
+worker processes, refusals before anything runs, and the failures a cluster can throw at a run."""
+
+import json
+import os
+import re
+import socket
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trinity.cli import main
+from trinity.cluster import cluster_from_dict
+from trinity.errors import PlacementError, TrinityError
+from trinity.graph import load_graph
+from trinity.graph.synthetic import layered_dag
+from trinity.placement import Strategy
+from trinity.placers import place
+from trinity.runtime import workers as workers_module
+from trinity.runtime.calibrate import DEFAULT_SIZES, fit_link
+from trinity.runtime.runner import Runner, placed_graph_def, seeded_graph_def
+from trinity.runtime.workers import (
+    ClusterSpecWorkers,
+    LocalWorkers,
+    WorkerError,
+    Workers,
+    free_port,
+    task_device,
+)
+
+tf = pytest.importorskip("tensorflow")
+
+DEVICES = [task_device(0), task_device(1)]
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """(path, OpGraph, GraphDef bytes) of the tiny_cnn export."""
+    path = tmp_path_factory.mktemp("tiny") / "tiny.json.gz"
+    assert main(["export", "tiny_cnn", "--out", str(path)]) == 0
+    g = load_graph(path)
+    return path, g, path.with_name(g.meta["graphdef"]).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def workers():
+    with LocalWorkers(2) as w:
+        yield w
+
+
+class FakeWorkers(Workers):
+    """Two workers nobody runs: enough for everything a Runner does before it runs a step."""
+
+    def __init__(self, n=2):
+        self.hosts = [f"localhost:{free_port()}" for _ in range(n)]
+
+    def check(self):
+        pass
+
+
+def two_devices(memory_GB=1.0):
+    return cluster_from_dict({"name": "two", "devices": [{"name": f"worker{i}", "kind": "cpu", "memory_GB": memory_GB}
+                                                         for i in range(2)],
+                              "default_link": {"bandwidth_GBps": 1.0, "latency_us": 10.0}})
+
+
+def other_graph_strategy(path):
+    """A strategy file for a small synthetic graph, not tiny_cnn."""
+    g = layered_dag(10, 14, seed=3)
+    s = Strategy.from_array(g, two_devices(), np.zeros(g.n_ops, np.int64))
+    s.save(path)
+    return g, s
+
+
+def pid_gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+# 1. the link fit
+
+
+def test_fit_link_recovers_exact_latency_and_bandwidth():
+    latency_us, bandwidth_GBps = 37.5, 2.5  # 2,500 bytes per microsecond
+    sizes = [4_096, 65_536, 524_288, 2_097_152, 8_388_608]
+    extra = [2 * latency_us + s / (bandwidth_GBps * 1e3) for s in sizes]
+    fit = fit_link(sizes, extra)
+    assert fit.latency_us == pytest.approx(latency_us, rel=1e-6)
+    assert fit.bandwidth_GBps == pytest.approx(bandwidth_GBps, rel=1e-6)
+    assert fit.r2 == pytest.approx(1.0, abs=1e-9)
+    assert fit.sizes == sizes and fit.extra_us == pytest.approx(extra)
+    assert fit.predict_us(1e6) == pytest.approx(latency_us + 400.0, rel=1e-6)  # one transfer of 1 MB
+
+
+@pytest.mark.parametrize("sizes, extra", [
+    ([1_000, 10_000, 100_000], [300.0, 200.0, 100.0]),
+    ([1_000, 10_000, 100_000], [100.0, 100.0, 100.0]),
+    (DEFAULT_SIZES, [123.456] * 6),  # flat: least squares finds a slope of +3e-22, which is rounding, not a link
+])
+def test_fit_link_refuses_times_that_do_not_grow(sizes, extra):
+    with pytest.raises(TrinityError, match="does not grow with size") as err:
+        fit_link(sizes, extra)
+    assert err.value.field == "link"
+
+
+# 2. the placed and seeded GraphDef
+
+
+def test_placed_graph_def_places_every_node_as_asked(tiny):
+    _, g, gd_bytes = tiny
+    gd = tf.compat.v1.GraphDef.FromString(gd_bytes)
+    p = np.random.default_rng(0).integers(0, 2, g.n_ops)
+    placed = placed_graph_def(gd, g, p, DEVICES)
+    assert [n.name for n in placed.node] == [n.name for n in gd.node]
+    assert all(n.device == "" for n in gd.node)  # the input is left alone
+    device = {n.name: n.device for n in placed.node}
+    assert set(device.values()) == set(DEVICES)  # every node placed, on one of the workers
+    assert len(gd.node) > g.n_ops  # initialisers lie outside the step
+    assert {op.name: device[op.name] for op in g.ops} == {op.name: DEVICES[d] for op, d in zip(g.ops, p)}
+    # an initialiser's Assign runs where its variable lives
+    for var in ("conv0/kernel", "logits/bias", "bn1/moving_mean"):
+        assert device[f"{var}/Assign"] == device[var]
+
+
+def test_seeded_graph_def_seeds_random_ops_deterministically(tiny):
+    _, _, gd_bytes = tiny
+    gd = tf.compat.v1.GraphDef.FromString(gd_bytes)
+    random = [n.name for n in gd.node if "seed" in n.attr and "seed2" in n.attr]
+    assert sorted(random) == ["images/RandomUniform", "labels"]
+    assert all(n.attr["seed"].i == 0 and n.attr["seed2"].i == 0 for n in gd.node if n.name in random)
+    a, b = seeded_graph_def(gd, seed=0), seeded_graph_def(gd, seed=0)
+    assert a == b and a != gd
+    seeds = {n.name: (n.attr["seed"].i, n.attr["seed2"].i) for n in a.node if n.name in random}
+    assert all(s != 0 and s2 != 0 for s, s2 in seeds.values())
+    assert len(set(seeds.values())) == 2  # the two ops draw different streams
+    other = {n.name: (n.attr["seed"].i, n.attr["seed2"].i) for n in seeded_graph_def(gd, seed=5).node
+             if n.name in random}
+    assert other != seeds
+    assert seeded_graph_def(a, seed=5) == a  # a seed already set is kept
+    assert [n for n in a.node if n.name not in random] == [n for n in gd.node if n.name not in random]
+
+
+# 3. real runs on two local workers
+
+
+def test_single_and_round_robin_compute_the_same_losses(tiny, workers):
+    _, g, gd = tiny
+    runner = Runner(g, gd, workers, timeout_s=60)
+    single = runner.measure(np.zeros(g.n_ops, np.int64), "single", steps=2, warmup=1)
+    rr = place("round-robin", g, runner.cluster).placement
+    assert set(rr) == {0, 1}
+    split = runner.measure(rr, "round-robin", steps=2, warmup=1)
+    assert len(single.loss) == len(split.loss) == 4  # warm-up + timed + traced
+    assert np.all(np.isfinite(single.loss)) and len(set(single.loss)) > 1  # it trains
+    np.testing.assert_allclose(split.loss, single.loss, rtol=1e-5)
+    assert len(single.step_us) == len(split.step_us) == 2 and min(single.step_us + split.step_us) > 0
+    assert single.crossed_bytes == 0 and single.transfers == 0
+    assert split.crossed_bytes > 0 and split.transfers > 0
+    assert single.overridden == [] and split.overridden == []
+    assert single.peak_memory_bytes[0] > 0 and len(split.peak_memory_bytes) == 2
+    assert all(b > 0 for b in split.peak_memory_bytes)
+
+
+# 4.-6. refused before anything runs
+
+
+def test_split_colocation_group_is_refused(tiny):
+    _, g, gd = tiny
+    runner = Runner(g, gd, FakeWorkers(), cluster=two_devices())
+    members = max(g.colocation_groups().values(), key=len)
+    assert len(members) > 1
+    p = np.zeros(g.n_ops, np.int64)
+    p[[op.name for op in g.ops].index(members[-1])] = 1
+    with pytest.raises(PlacementError, match="splits colocation group") as err:
+        runner.check(p, "flipped")
+    assert err.value.source == "flipped" and members[-1] in str(err.value)
+    with pytest.raises(PlacementError, match="splits colocation group"):
+        runner.measure(p, "flipped")  # FakeWorkers would fail to connect: it must not get that far
+
+
+def test_placement_that_would_exhaust_memory_is_refused(tiny):
+    _, g, gd = tiny
+    runner = Runner(g, gd, FakeWorkers(), cluster=two_devices(memory_GB=1e-6))
+    with pytest.raises(PlacementError, match="would exhaust worker 0's memory") as err:
+        runner.measure(np.zeros(g.n_ops, np.int64), "single")
+    message = str(err.value)
+    assert message.endswith("its budget is 1 kB"), message  # 1e-6 GB, not "0.00 GB"
+    value, unit = re.search(r"the simulator estimates ([0-9.]+) (GB|MB|kB|B) there", message).groups()
+    assert float(value) * {"GB": 1e9, "MB": 1e6, "kB": 1e3, "B": 1}[unit] > 1e3, message
+    assert err.value.field == "placement"
+
+
+def test_strategy_for_another_graph_is_refused(tiny, tmp_path):
+    _, g, _ = tiny
+    _, s = other_graph_strategy(tmp_path / "other.json")
+    with pytest.raises(PlacementError, match=g.digest()) as err:
+        Strategy.load(tmp_path / "other.json").to_indices(g, source="other.json")
+    assert err.value.field == "graph_digest" and s.graph_digest in str(err.value)
+    assert str(err.value).startswith("other.json: graph_digest: ")
+
+
+# 7.-9. workers that cannot start, cannot be reached, or die
+
+
+def test_port_already_taken():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("localhost", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(WorkerError, match=f"port {port} is already taken") as err:
+            LocalWorkers(1, ports=[port])
+        assert time.monotonic() - t0 < 5
+    assert err.value.field == "ports"
+
+
+def test_port_taken_after_the_check():
+    """A port bound but not listening passes the up-front check; the worker itself reports it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+        with pytest.raises(WorkerError, match=f"worker 0: cannot serve localhost:{port}") as err:
+            LocalWorkers(1, ports=[port], start_timeout_s=30)
+    assert err.value.field == "ports"
+
+
+def test_unreachable_worker_in_cluster_spec(tmp_path):
+    closed = free_port()
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(f"worker: [localhost:{closed}]\nmemory_GB: 2\n")
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError, match=f"worker 0 at localhost:{closed} is unreachable") as err:
+        ClusterSpecWorkers(spec)
+    assert time.monotonic() - t0 < 5
+    assert err.value.field == "worker[0]" and err.value.source == str(spec)
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({"worker": ["localhost:2222", "nohostport"]}, "worker[1]"),
+    ({"worker": ["localhost:99999"]}, "worker[0]"),
+    ({"worker": []}, "worker"),
+    ({"workers": ["localhost:2222"]}, "worker"),
+])
+def test_malformed_cluster_spec(tmp_path, doc, field):
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps(doc))
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError) as err:
+        ClusterSpecWorkers(spec)
+    assert err.value.field == field and str(err.value).startswith(f"{spec}: {field}: ")
+    assert time.monotonic() - t0 < 1  # refused before connecting to anyone
+
+
+def test_cluster_spec_of_running_workers(tmp_path, workers):
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(json.dumps({"cluster": {"worker": workers.hosts}, "memory_GB": 3}))  # TF_CONFIG's layout
+    remote = ClusterSpecWorkers(spec)
+    assert remote.hosts == workers.hosts and remote.memory_bytes == 3_000_000_000
+    assert remote.target == workers.target and remote.devices == DEVICES
+
+
+def test_killed_worker_fails_the_run_and_nothing_is_left(tiny):
+    _, g, gd = tiny
+    w = LocalWorkers(2)
+    pids = [p.pid for p in w.procs]
+    try:
+        runner = Runner(g, gd, w, timeout_s=30)
+        rr = place("round-robin", g, runner.cluster).placement
+        run = runner._run
+
+        def kill_before_first_step(sess, fetches, what, trace=False):
+            if what.startswith("a step") and w.procs[1].poll() is None:
+                w.kill(1)  # the session is open and the variables initialised on both workers
+            return run(sess, fetches, what, trace)
+
+        runner._run = kill_before_first_step
+        t0 = time.monotonic()
+        with pytest.raises(WorkerError, match=r"worker 1 \(localhost:\d+\) died") as err:
+            runner.measure(rr, "round-robin", steps=1, warmup=1)
+        assert err.value.field == "workers"
+        assert time.monotonic() - t0 < 60
+        with pytest.raises(WorkerError, match=r"worker 1 \(localhost:\d+\) died"):  # refused up front now
+            runner.measure(rr, "round-robin", steps=1, warmup=1)
+        # A worker that died where the runner cannot see it (another machine): TensorFlow waits for it,
+        # and the run's timeout turns the wait into an error.
+        w.check = lambda: None
+        t0 = time.monotonic()
+        with pytest.raises(WorkerError, match="initialising round-robin did not finish within 2 s") as err:
+            Runner(g, gd, w, timeout_s=2).measure(rr, "round-robin", steps=1, warmup=1)
+        assert err.value.field == "timeout"
+        assert time.monotonic() - t0 < 20
+    finally:
+        w.close()
+    assert w.procs == []
+    assert all(pid_gone(pid) for pid in pids)
+
+
+# 10. the CLI end to end
+
+
+def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
+    path, _, _ = tiny
+    out = tmp_path / "validation"
+    code = main(["validate", str(path), "--placers", "single", "round-robin", "--rounds", "1", "--steps", "1",
+                 "--warmup", "1", "--profile-steps", "2", "--out", str(out)])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    assert "results in" in stdout
+    table = pd.read_csv(out / "results.csv")
+    assert sorted(table["strategy"]) == ["round-robin", "single"]
+    assert list(table["overridden"]) == [0, 0]
+    assert (table["real_step_ms"] > 0).all() and (table["sim_step_ms"] > 0).all()
+    rows = table.set_index("strategy")
+    assert rows.loc["single", "real_crossed_MB"] == 0 and rows.loc["round-robin", "real_crossed_MB"] > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["strategies"] == 2 and summary["overridden_ops"] == 0
+    assert (out / "sim_vs_real.png").stat().st_size > 0
+    cluster = (out / "calibration" / "cluster.yaml").read_text()
+    assert "worker0" in cluster and "worker1" in cluster and "bandwidth_GBps" in cluster
+    assert (out / "calibration" / "graph.json.gz").exists()
+
+
+def test_cli_validate_refuses_strategy_for_another_graph_before_starting_workers(tiny, tmp_path, capsys,
+                                                                                  monkeypatch):
+    path, g, _ = tiny
+    other_graph_strategy(tmp_path / "other.json")
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("workers were started")
+
+    monkeypatch.setattr(workers_module, "open_workers", no_workers)
+    monkeypatch.setattr(workers_module, "LocalWorkers", no_workers)
+    code = main(["validate", str(path), str(tmp_path / "other.json"), "--out", str(tmp_path / "v")])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert err.startswith("trinity: error: ") and "graph_digest" in err and g.digest() in err
+    assert not (tmp_path / "v" / "results.csv").exists()
