@@ -33,6 +33,7 @@ bench: $(STAMP)  ## benchmark figures (ratios measured in the same run); exports
 	$(PY) benchmarks/bench_export.py --out data
 	$(PY) benchmarks/bench_sim.py --reference-graph $(REFERENCE_GNMT)
 	$(PY) benchmarks/bench_search.py --reference-graph $(REFERENCE_GNMT) $(wildcard data/*_profiled.json.gz)
+	$(PY) benchmarks/bench_runtime.py
 
 bench-export: $(STAMP)  ## export and profile the paper's five models into data/ (several minutes)
 	$(PY) benchmarks/bench_export.py --out data

@@ -258,7 +258,10 @@ def _calibration(args, g, gd, workers):
     (folder / "calibration.json").write_text(json.dumps(report, indent=1))
     link = report["link"]
     print(f"link: latency {link['latency_us']:.0f} us, bandwidth {link['bandwidth_GBps']:.2f} GB/s (R^2 "
-          f"{link['r2']:.3f}); one worker runs a step in {report['worker_step_us_median'] / 1e3:.1f} ms; "
+          f"{link['r2']:.3f}); the sender's processor spends {report['send_cpu_share']['fitted']:.2f} of a "
+          f"transfer's time on it (fitted to {', '.join(report['send_cpu_share']['placers'])}: median error "
+          f"{report['send_cpu_share']['median_error']:.3f}); one worker runs a step in "
+          f"{report['worker_step_us_median'] / 1e3:.1f} ms; "
           f"written to {folder}")
     return cluster, cg
 

@@ -11,9 +11,19 @@ settings (the worker's own thread budget, Grappler's remapper off) and
 traces every op; the step's ops keep these measured times, and ops the trace
 never shows (pruned or folded away) cost 0.
 
-`calibrate` does both and returns the calibrated cluster (devices
-``worker0..``, kind ``worker``, the measured link, each worker's memory
-budget) and the calibrated graph: what `trinity validate` simulates.
+On CPU workers gRPC's copies and serialisation run on the same cores as the
+ops, so part of a transfer's time is taken from the sender's processor (the
+cluster's ``send_cpu_share``). `calibrate` fits that share to the real step
+times of a few placers' strategies (`fit_send_cpu_share`);
+`measure_send_cpu_share` is a direct micro-benchmark of it (matmuls on the
+sender alone, sends alone, both at once), reported by `make bench`: it reads
+1.0 here, above the fitted value, because it charges the sender's whole
+slowdown (cache and memory traffic included) to the transfers.
+
+`calibrate` returns the calibrated cluster (devices
+``worker0..``, kind ``worker``, the measured link and send CPU share, each
+worker's memory budget) and the calibrated graph: what `trinity validate`
+simulates.
 """
 
 from __future__ import annotations
@@ -109,6 +119,81 @@ def measure_link(workers: Workers, sizes=DEFAULT_SIZES, repeats: int = 20, *, sr
     return fit_link(sizes, [statistics.median(extra[s]) for s in sizes])
 
 
+def measure_send_cpu_share(workers: Workers, link: LinkFit, *, size: int = 8_388_608, transfers: int = 8,
+                           matmuls: int = 40, repeats: int = 10, timeout_s: float = 120.0,
+                           progress: bool = True) -> dict:
+    """How much of a transfer's time the sender's processor spends on it.
+
+    Task 0 runs a chain of matmuls (C alone) and sends ``transfers`` tensors
+    to task 1 (S alone), then both at once. If sending took none of task 0's
+    processor the pair would take max(C, S); if it took a share f of each
+    transfer's time, C + f * sum(transfer times). ``f`` is read off the
+    median times of interleaved repeats, with the transfer times from ``link``.
+    """
+    import tensorflow as tf
+
+    devices = workers.devices
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.device(devices[0]):
+            w = tf.Variable(tf.fill([512, 512], 1.0 / 512), name="w")
+            y = w.read_value()
+            for _ in range(matmuls):
+                y = tf.tanh(tf.matmul(y, w))
+            compute = tf.reduce_sum(y)
+        sends = []
+        for i in range(transfers):
+            with tf.device(devices[0]):
+                v = tf.Variable(tf.zeros([size // 4]), name=f"payload_{i}")
+            with tf.device(devices[1]):
+                total = tf.reduce_sum(v.read_value())
+            with tf.device(devices[0]):
+                sends.append(tf.identity(total))
+        send = tf.add_n(sends)
+        init = tf.compat.v1.global_variables_initializer()
+    config = tf.compat.v1.ConfigProto(isolate_session_state=True, operation_timeout_in_ms=int(timeout_s * 1000))
+    options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
+    times = {"compute": [], "send": [], "both": []}
+    fetches = {"compute": compute, "send": send, "both": [compute, send]}
+    with tf.compat.v1.Session(workers.target, graph=graph, config=config) as sess:
+        try:
+            sess.run(init, options=options)
+            for f in fetches.values():
+                sess.run(f, options=options)
+            for r in tqdm(range(repeats), desc="send CPU share", unit="round", disable=not progress):
+                order = ["compute", "send", "both"]
+                for key in (order if r % 2 == 0 else order[::-1]):
+                    t0 = time.perf_counter()
+                    sess.run(fetches[key], options=options)
+                    times[key].append((time.perf_counter() - t0) * 1e6)
+        except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.AbortedError) as exc:
+            workers.check()
+            raise WorkerError(f"send CPU share measurement failed: {str(exc).splitlines()[0]}",
+                              field="workers") from None
+    med = {k: float(statistics.median(v)) for k, v in times.items()}
+    wire = transfers * link.predict_us(size)
+    share = float(np.clip((med["both"] - med["compute"]) / wire, 0.0, 1.0))
+    return {"send_cpu_share": share, "compute_us": med["compute"], "send_us": med["send"], "both_us": med["both"],
+            "transfers_us": wire, "size": size, "transfers": transfers}
+
+
+FIT_PLACERS = ("metis", "m-etf", "m-topo", "expert", "round-robin")
+
+
+def fit_send_cpu_share(graph: OpGraph, cluster: Cluster, placements: list[np.ndarray], measured_us: list[float],
+                       grid: int = 21) -> tuple[float, float]:
+    """(share, median |relative error|): the send CPU share in 0, 1/(grid-1), .., 1 whose simulated
+    step times are closest to ``measured_us`` (smallest median relative error; ties: smaller share)."""
+    from trinity.sim import Simulator
+
+    best = (np.inf, 0.0)
+    for share in np.linspace(0.0, 1.0, grid):
+        sim = Simulator(graph, replace(cluster, send_cpu_share=float(share)))
+        errors = [abs(sim.simulate(p).step_time_us - m) / m for p, m in zip(placements, measured_us)]
+        best = min(best, (float(np.median(errors)), float(share)))
+    return best[1], best[0]
+
+
 def profile_on_worker(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int = 10, warmup: int = 3,
                       task: int = 0, progress: bool = True) -> tuple[OpGraph, dict]:
     """Every op's time on worker ``task`` with the whole step there (see the module doc)."""
@@ -128,9 +213,11 @@ def profile_on_worker(graph: OpGraph, graph_def: bytes, workers: Workers, *, ste
     return OpGraph(ops, profiled.edges, name=graph.name, meta=meta, source=graph.source), report
 
 
-def worker_cluster_yaml(workers: Workers, link: LinkFit, memory_bytes: int, name: str = "calibrated") -> dict:
+def worker_cluster_yaml(workers: Workers, link: LinkFit, memory_bytes: int, send_cpu_share: float = 0.0,
+                        name: str = "calibrated") -> dict:
     return {
         "name": name,
+        "send_cpu_share": round(send_cpu_share, 3),
         "devices": [{"name": f"worker{i}", "kind": WORKER_KIND, "speed": 1.0, "memory_GB": memory_bytes / 1e9}
                     for i in range(workers.n)],
         "default_link": {"bandwidth_GBps": round(link.bandwidth_GBps, 4), "latency_us": round(link.latency_us, 2)},
@@ -139,15 +226,30 @@ def worker_cluster_yaml(workers: Workers, link: LinkFit, memory_bytes: int, name
 
 
 def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int = 10, warmup: int = 3,
-              link_repeats: int = 20, progress: bool = True) -> tuple[Cluster, dict, OpGraph, dict]:
+              link_repeats: int = 20, fit_placers=FIT_PLACERS,
+              progress: bool = True) -> tuple[Cluster, dict, OpGraph, dict]:
     """(cluster, its YAML document, calibrated graph, report) for ``workers``."""
     from trinity.runtime.runner import worker_cluster
+
+    from trinity.placers import place
 
     link = measure_link(workers, repeats=link_repeats, progress=progress)
     costed, profile = profile_on_worker(graph, graph_def, workers, steps=steps, warmup=warmup, progress=progress)
     memory = int(worker_cluster(workers).memory[0])
-    doc = worker_cluster_yaml(workers, link, memory)
-    cluster = cluster_from_dict({k: v for k, v in doc.items() if k != "calibration"}, "calibration")
-    report = {"link": link.to_dict(), "profile": {k: v for k, v in profile.items() if k != "step_us"},
+    cluster = cluster_from_dict(worker_cluster_yaml(workers, link, memory), "calibration")
+    # The send CPU share is fitted to real steps of a few placers' strategies (a validation
+    # should judge the simulator on other strategies: `trinity validate` marks these rows).
+    runner = Runner(costed, graph_def, workers, cluster=cluster)
+    fit_set = {name: place(name, costed, cluster).placement for name in fit_placers}
+    measured = runner.measure_interleaved(fit_set, rounds=1, steps=3, warmup=1, progress=progress)
+    share, fit_error = fit_send_cpu_share(costed, cluster, list(fit_set.values()),
+                                          [measured[n].median_us for n in fit_set])
+    doc = worker_cluster_yaml(workers, link, memory, share)
+    cluster = cluster_from_dict(doc, "calibration")
+    report = {"link": link.to_dict(),
+              "send_cpu_share": {"fitted": share, "median_error": fit_error, "placers": list(fit_set),
+                                 "measured_step_us": {n: measured[n].median_us for n in fit_set}},
+              "profile": {k: v for k, v in profile.items() if k != "step_us"},
               "worker_step_us_median": profile["step_us_median"]}
+    doc["calibration"]["send_cpu_share_fit"] = {"placers": list(fit_set), "median_error": round(fit_error, 4)}
     return cluster, doc, costed, report

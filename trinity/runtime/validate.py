@@ -29,6 +29,7 @@ from trinity.errors import PlacementError, TrinityError
 from trinity.fileio import atomic_write_bytes
 from trinity.graph.ir import OpGraph
 from trinity.placement import Strategy
+from trinity.runtime.calibrate import FIT_PLACERS
 from trinity.runtime.runner import Measurement, Runner
 from trinity.runtime.workers import Workers
 
@@ -79,7 +80,8 @@ def _search_samples(graph, cluster, n, iterations, warm_start, seed, progress) -
 
 
 def _row(c: Candidate, sim, m: Measurement | None) -> dict:
-    row = {"strategy": c.name, "source": c.source, "sim_step_ms": sim.step_time_us / 1e3,
+    row = {"strategy": c.name, "source": c.source, "calibration_set": c.source in FIT_PLACERS,
+           "sim_step_ms": sim.step_time_us / 1e3,
            "sim_comm_MB": float(sim.sent_bytes.sum()) / 1e6, "sim_transfers": None,
            "sim_peak_memory_GB": sim.max_memory_bytes / 1e9}
     if m is not None:
@@ -128,16 +130,30 @@ def validate(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluste
 
 
 def error_summary(table: pd.DataFrame) -> dict:
-    """Median and 90th percentile of |relative error| of step time and communication."""
+    """Median and 90th percentile of |relative error| of step time and communication: over every
+    strategy, over those that split the step across workers, and over those held out of the
+    calibration (the send CPU share is fitted to the placers in `FIT_PLACERS`)."""
     measured = table.dropna(subset=["real_step_ms"]) if "real_step_ms" in table else table.iloc[:0]
     step = measured["step_error"].abs()
     comm = measured.loc[measured["real_crossed_MB"] > 0, "comm_error"].abs()
+    split = measured.loc[measured["real_crossed_MB"] > 0, "step_error"].abs()
+    held_out = measured.loc[~measured["calibration_set"].astype(bool), "step_error"].abs()
+
+    def q(x, p):
+        return float(x.quantile(p)) if len(x) else float("nan")
+
     return {
-        "strategies": int(len(measured)),
-        "step_error_median": float(step.median()) if len(step) else float("nan"),
-        "step_error_p90": float(step.quantile(0.9)) if len(step) else float("nan"),
-        "comm_error_median": float(comm.median()) if len(comm) else float("nan"),
-        "comm_error_p90": float(comm.quantile(0.9)) if len(comm) else float("nan"),
+        "strategies": len(measured),
+        "step_error_median": q(step, 0.5),
+        "step_error_p90": q(step, 0.9),
+        "split_strategies": len(split),
+        "split_step_error_median": q(split, 0.5),
+        "split_step_error_p90": q(split, 0.9),
+        "held_out_strategies": len(held_out),
+        "held_out_step_error_median": q(held_out, 0.5),
+        "held_out_step_error_p90": q(held_out, 0.9),
+        "comm_error_median": q(comm, 0.5),
+        "comm_error_p90": q(comm, 0.9),
         "overridden_ops": int(measured["overridden"].sum()) if len(measured) else 0,
         "rank_correlation": float(measured["sim_step_ms"].rank().corr(measured["real_step_ms"].rank()))
         if len(measured) > 2 else float("nan"),
