@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all repro bench bench-export search-table clean
+.PHONY: install test test-all repro bench bench-export search-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,18 @@ bench-export: $(STAMP)  ## export and profile the paper's five models into data/
 search-table: $(STAMP)  ## Trinity and Hierarchical vs every placer (needs `make bench-export` first; ~15 min)
 	$(PY) benchmarks/search_table.py $(REFERENCE_GNMT) $(wildcard data/inception_v3_profiled.json.gz) \
 		--csv reports/search_table.csv
+
+VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin
+
+validate: $(STAMP)  ## simulator vs real runs on 2 local TF workers, InceptionV3 and NMT (~30 min)
+	test -f data/inception_v3.json.gz || $(VENV)/bin/trinity export inception_v3 --out data/inception_v3.json.gz
+	test -f data/nmt_2layer_b16.json.gz || $(VENV)/bin/trinity export nmt_2layer --batch 16 --out data/nmt_2layer_b16.json.gz
+	$(VENV)/bin/trinity validate data/inception_v3.json.gz --placers $(VALIDATION_PLACERS) --search-samples 13 \
+		--rounds 2 --steps 3 --out reports/validation/inception_v3
+	$(VENV)/bin/trinity validate data/nmt_2layer_b16.json.gz --placers $(VALIDATION_PLACERS) --search-samples 13 \
+		--rounds 2 --steps 2 --profile-steps 5 --out reports/validation/nmt_2layer_b16
+	$(PY) benchmarks/parallel_vs_single.py data/inception_v3.json.gz reports/validation/inception_v3
+	$(PY) benchmarks/parallel_vs_single.py data/nmt_2layer_b16.json.gz reports/validation/nmt_2layer_b16
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache reports

@@ -306,8 +306,9 @@ def test_killed_worker_fails_the_run_and_nothing_is_left(tiny):
 def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
     path, _, _ = tiny
     out = tmp_path / "validation"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = main(["validate", str(path), "--placers", "single", "round-robin", "--rounds", "1", "--steps", "1",
-                 "--warmup", "1", "--profile-steps", "2", "--out", str(out)])
+                 "--warmup", "1", "--profile-steps", "2", "--out", str(out), "--mlflow-uri", uri])
     stdout, stderr = capsys.readouterr()
     assert code == 0, stderr
     assert "results in" in stdout
@@ -323,6 +324,39 @@ def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
     cluster = (out / "calibration" / "cluster.yaml").read_text()
     assert "worker0" in cluster and "worker1" in cluster and "bandwidth_GBps" in cluster
     assert (out / "calibration" / "graph.json.gz").exists()
+    assert "send_cpu_share" in cluster
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    run, = client.search_runs([client.get_experiment_by_name("trinity-validation").experiment_id])
+    assert run.data.metrics["strategies"] == 2 and run.data.metrics["overridden_ops"] == 0
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"results.csv", "sim_vs_real.png"}
+
+
+def test_measurements_taken_before_a_worker_dies_are_kept(tiny, tmp_path, monkeypatch):
+    from trinity.placers import place
+    from trinity.runtime.runner import Runner
+    from trinity.runtime.validate import Candidate, validate
+
+    path, g, gd = tiny
+    with LocalWorkers(2) as workers:
+        cluster = Runner(g, gd, workers).cluster
+        candidates = [Candidate("single", "single", place("single", g, cluster).placement),
+                      Candidate("round-robin", "round-robin", place("round-robin", g, cluster).placement)]
+        measure = Runner.measure
+
+        def measure_then_kill(self, *args, **kwargs):  # worker 1 dies after the first strategy
+            m = measure(self, *args, **kwargs)
+            workers.kill(1)
+            return m
+
+        monkeypatch.setattr(Runner, "measure", measure_then_kill)
+        with pytest.raises(WorkerError, match="worker 1"):
+            validate(g, gd, workers, cluster, candidates, out_dir=tmp_path, rounds=1, steps=1, warmup=0,
+                     timeout_s=30, progress=False)
+    table = pd.read_csv(tmp_path / "results.csv")
+    assert list(table["strategy"]) == ["single"] and table["real_step_ms"].iloc[0] > 0
+    assert (tmp_path / "strategies" / "round-robin.json").exists()
 
 
 def test_cli_validate_refuses_strategy_for_another_graph_before_starting_workers(tiny, tmp_path, capsys,
@@ -340,3 +374,21 @@ def test_cli_validate_refuses_strategy_for_another_graph_before_starting_workers
     assert code == 2
     assert err.startswith("trinity: error: ") and "graph_digest" in err and g.digest() in err
     assert not (tmp_path / "v" / "results.csv").exists()
+
+
+def test_fit_transfer_model_recovers_the_share_and_latency_that_made_the_times():
+    import dataclasses
+
+    from trinity.graph.synthetic import random_dag
+    from trinity.runtime.calibrate import fit_transfer_model
+    from trinity.sim import Simulator
+
+    g = random_dag(40, 0.2, seed=5)
+    cluster = cluster_from_dict({"name": "w", "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(2)],
+                                 "default_link": {"bandwidth_GBps": 0.05, "latency_us": 20.0}})
+    placements = [place(p, g, cluster, **({"seed": 1} if p == "random" else {})).placement
+                  for p in ("round-robin", "random", "m-etf")]
+    truth = Simulator(g, dataclasses.replace(cluster, send_cpu_share=0.3, latency=cluster.latency * 0.5))
+    measured = [truth.simulate(p).step_time_us for p in placements]
+    share, scale, error = fit_transfer_model(g, cluster, placements, measured)
+    assert (share, scale, error) == (pytest.approx(0.3), 0.5, 0.0)

@@ -256,11 +256,11 @@ def _calibration(args, g, gd, workers):
     write_yaml(cluster_file, doc)
     save_graph(cg, graph_file)
     (folder / "calibration.json").write_text(json.dumps(report, indent=1))
-    link = report["link"]
+    link, fit = report["link"], report["transfer_fit"]
     print(f"link: latency {link['latency_us']:.0f} us, bandwidth {link['bandwidth_GBps']:.2f} GB/s (R^2 "
-          f"{link['r2']:.3f}); the sender's processor spends {report['send_cpu_share']['fitted']:.2f} of a "
-          f"transfer's time on it (fitted to {', '.join(report['send_cpu_share']['placers'])}: median error "
-          f"{report['send_cpu_share']['median_error']:.3f}); one worker runs a step in "
+          f"{link['r2']:.3f}); fitted to {', '.join(fit['placers'])}: the sender's processor spends "
+          f"{fit['send_cpu_share']:.2f} of a transfer's time on it, latency x{fit['latency_scale']:g} (median "
+          f"error {fit['median_error']:.3f}); one worker runs a step in "
           f"{report['worker_step_us_median'] / 1e3:.1f} ms; "
           f"written to {folder}")
     return cluster, cg
@@ -307,12 +307,26 @@ def cmd_validate(args) -> None:
                          warmup=args.warmup, timeout_s=args.timeout, progress=sys.stderr.isatty())
     summary = error_summary(table)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    tracker = None
+    if not args.no_mlflow:
+        from trinity.track import MLflowTracker
+
+        tracker = MLflowTracker(args.experiment, run_name=f"{g.name}-{workers.n}workers", uri=args.mlflow_uri)
+        tracker.log_params({"graph": g.name, "workers": workers.n, "hosts": ",".join(workers.hosts),
+                            "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
+                            "send_cpu_share": cluster.send_cpu_share, "calibration": args.calibration})
+        tracker.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float)) and v == v}, step=0)
     cols = [c for c in ("strategy", "sim_step_ms", "real_step_ms", "real_spread", "step_error", "sim_comm_MB",
                         "real_crossed_MB", "comm_error", "sim_peak_memory_GB", "real_peak_memory_GB", "overridden",
                         "refused") if c in table]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     if summary["strategies"]:
         plot_sim_vs_real(table, out / "sim_vs_real.png", title=f"{g.name} on {workers.n} workers")
+    if tracker is not None:
+        for name in ("results.csv", "summary.json", "sim_vs_real.png"):
+            if (out / name).exists():
+                tracker.log_artifact(out / name)
+        tracker.close()
     print(", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()))
     print(f"results in {out}")
 
@@ -417,6 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any one run may take")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="validation", help="output folder (results.csv, sim_vs_real.png)")
+    p.add_argument("--experiment", default="trinity-validation", help="MLflow experiment")
+    p.add_argument("--mlflow-uri", help="MLflow tracking URI (default sqlite:///mlflow.db)")
+    p.add_argument("--no-mlflow", action="store_true")
     p.set_defaults(fn=cmd_validate)
 
     p = sub.add_parser("compare", help="compare every placer on a graph")
