@@ -181,8 +181,6 @@ def measure_send_cpu_share(workers: Workers, link: LinkFit, *, size: int = 8_388
 
 
 FIT_PLACERS = ("metis", "m-etf", "m-topo", "expert", "round-robin")
-
-
 LATENCY_SCALES = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 
 
@@ -223,12 +221,13 @@ def profile_on_worker(graph: OpGraph, graph_def: bytes, workers: Workers, *, ste
     # The worker's time is the op's time: drop other kinds' predictions so nothing masks it.
     # Ops the runtime never ran (constant-folded, pruned) take no time and send nothing: their
     # consumers get a folded constant on their own device.
-    ops = [replace(op, compute_us=op.compute_us * report["trace_scale"],
-                   compute_us_by_kind={k: v for k, v in op.compute_us_by_kind.items() if k != WORKER_KIND})
-           if op.name in observed else
-           replace(op, compute_us=0.0, output_bytes=tuple(0 for _ in op.output_bytes),
-                   compute_us_by_kind={k: v for k, v in op.compute_us_by_kind.items() if k != WORKER_KIND})
-           for op in profiled.ops]
+    ops = []
+    for op in profiled.ops:
+        by_kind = {k: v for k, v in op.compute_us_by_kind.items() if k != WORKER_KIND}
+        ops.append(replace(op, compute_us=op.compute_us * report["trace_scale"], compute_us_by_kind=by_kind)
+                   if op.name in observed else
+                   replace(op, compute_us=0.0, output_bytes=tuple(0 for _ in op.output_bytes),
+                           compute_us_by_kind=by_kind))
     meta = {**graph.meta, "calibration_profile": {k: v for k, v in report.items() if k != "step_us"}}
     return OpGraph(ops, profiled.edges, name=graph.name, meta=meta, source=graph.source), report
 
@@ -250,19 +249,27 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
               link_repeats: int = 20, fit_placers=FIT_PLACERS,
               progress: bool = True) -> tuple[Cluster, dict, OpGraph, dict]:
     """(cluster, its YAML document, calibrated graph, report) for ``workers``."""
-    from trinity.runtime.runner import worker_cluster
-
+    from trinity.errors import PlacementError
     from trinity.placers import place
+    from trinity.runtime.runner import worker_cluster
 
     link = measure_link(workers, repeats=link_repeats, progress=progress)
     costed, profile = profile_on_worker(graph, graph_def, workers, steps=steps, warmup=warmup, progress=progress)
     trace_scale = profile["trace_scale"]
     memory = int(worker_cluster(workers).memory[0])
     cluster = cluster_from_dict(worker_cluster_yaml(workers, link, memory), "calibration")
-    # The send CPU share is fitted to real steps of a few placers' strategies (a validation
-    # should judge the simulator on other strategies: `trinity validate` marks these rows).
+    # The send CPU share and latency scale are fitted to real steps of a few placers' strategies
+    # (a validation should judge the simulator on other strategies: `trinity validate` marks them).
     runner = Runner(costed, graph_def, workers, cluster=cluster)
-    fit_set = {name: place(name, costed, cluster).placement for name in fit_placers}
+    fit_set = {}
+    for name in fit_placers:
+        try:
+            fit_set[name] = place(name, costed, cluster).placement
+        except PlacementError:  # a placer that cannot place this graph leaves the fit
+            continue
+    if not fit_set:
+        raise TrinityError("no placer could place the graph on these workers to fit the transfer model",
+                           field="calibration")
     measured = runner.measure_interleaved(fit_set, rounds=1, steps=3, warmup=1, progress=progress)
     share, scale, fit_error = fit_transfer_model(costed, cluster, list(fit_set.values()),
                                                  [measured[n].median_us for n in fit_set])

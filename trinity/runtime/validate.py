@@ -82,7 +82,8 @@ def _search_samples(graph, cluster, n, iterations, warm_start, seed, progress) -
 def _row(c: Candidate, sim, m: Measurement | None) -> dict:
     row = {"strategy": c.name, "source": c.source, "calibration_set": c.source in FIT_PLACERS,
            "sim_step_ms": sim.step_time_us / 1e3,
-           "sim_comm_MB": float(sim.sent_bytes.sum()) / 1e6, "sim_transfers": None,
+           "sim_comm_MB": float(sim.sent_bytes.sum()) / 1e6,
+           "sim_transfers": int((sim.transfers[:, 4] > 0).sum()),  # data transfers, as real_transfers counts
            "sim_peak_memory_GB": sim.max_memory_bytes / 1e9}
     if m is not None:
         row.update(m.summary())
@@ -110,7 +111,7 @@ def validate(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluste
     runner = Runner(graph, graph_def, workers, cluster=cluster, timeout_s=timeout_s)
     sims, runnable, refused = {}, {}, []
     for c in candidates:
-        sims[c.name] = simulator.simulate(c.placement)
+        sims[c.name] = simulator.simulate(c.placement, trace=True)
         try:
             runnable[c.name] = runner.check(c.placement, c.name)
         except PlacementError as exc:
