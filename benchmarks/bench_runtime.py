@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--link-repeats", type=int, default=15)
     args = parser.parse_args()
 
-    from trinity.export import export_model
+    from trinity.export import export_model, read_graph_def
     from trinity.graph import load_graph
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,7 +108,7 @@ def main() -> None:
               f"medians of {args.rounds} interleaved rounds x {args.steps} steps)")
         for path in paths:
             g = load_graph(path)
-            gd = path.with_name(g.meta["graphdef"]).read_bytes()
+            gd = read_graph_def(path, g)
             r = bench_overhead(g, gd, rounds=args.rounds, steps=args.steps)
             print(f"  {g.name:>14} ({g.n_ops} ops): in-process {r['in_process_ms']:.2f} ms, on a worker "
                   f"{r['worker_ms']:.2f} ms, overhead {r['overhead_ms']:+.2f} ms per step ({r['ratio']:.3f}x)")

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from trinity.export import read_graph_def
 from trinity.graph import load_graph
 from trinity.placement import Strategy
 from trinity.runtime.runner import Runner
@@ -32,7 +33,7 @@ def main() -> None:
 
     path, folder = Path(args.graph), Path(args.validation)
     g = load_graph(path)
-    gd = path.with_name(g.meta["graphdef"]).read_bytes()
+    gd = read_graph_def(path, g)
     table = pd.read_csv(folder / "results.csv").dropna(subset=["real_step_ms"])
     split = table[table["real_crossed_MB"] > 0].sort_values("sim_step_ms")
     best = split.iloc[0]

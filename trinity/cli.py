@@ -222,19 +222,15 @@ def _workers(args):
 
 def _exported(path):
     """(graph, GraphDef bytes) of a TensorFlow export."""
-    from pathlib import Path
+    from trinity.export import read_graph_def
 
     g = _graph(path)
-    pb = Path(path).with_name(g.meta.get("graphdef") or "")
-    if g.meta.get("framework") != "tensorflow" or not pb.exists():
-        raise TrinityError("only TensorFlow exports can run on workers: no GraphDef "
-                           f"{pb.name!r} beside the graph (made by `trinity export`)", source=str(path),
-                           field="meta.graphdef")
-    return g, pb.read_bytes()
+    return g, read_graph_def(path, g)
 
 
-def _calibration(args, g, gd, workers):
-    """The calibrated (cluster, graph) for these workers: read from --calibration DIR, else measured there."""
+def _calibration(args, g, gd, workers, reuse: bool = True):
+    """The calibrated (cluster, graph) for these workers: read from --calibration DIR (if ``reuse``),
+    else measured and written there."""
     import json
     from pathlib import Path
 
@@ -245,7 +241,7 @@ def _calibration(args, g, gd, workers):
 
     folder = Path(args.calibration)
     cluster_file, graph_file = folder / "cluster.yaml", folder / "graph.json.gz"
-    if cluster_file.exists() and graph_file.exists() and not getattr(args, "recalibrate", False):
+    if reuse and cluster_file.exists() and graph_file.exists():
         cg, cluster = _graph(graph_file), load_cluster(cluster_file)
         if cg.digest() != g.digest() or cluster.n_devices != workers.n:
             raise TrinityError(f"calibration in {folder} is for another graph or worker count; use "
@@ -268,9 +264,8 @@ def _calibration(args, g, gd, workers):
 
 def cmd_calibrate(args) -> None:
     g, gd = _exported(args.graph)
-    args.recalibrate = True
     with _workers(args) as workers:
-        _calibration(args, g, gd, workers)
+        _calibration(args, g, gd, workers, reuse=False)
 
 
 def cmd_validate(args) -> None:
@@ -294,7 +289,7 @@ def cmd_validate(args) -> None:
             if len(s.devices) > workers.n:
                 raise TrinityError(f"uses {len(s.devices)} devices but there are {workers.n} workers", source=path,
                                    field="devices")
-        cluster, cg = _calibration(args, g, gd, workers)
+        cluster, cg = _calibration(args, g, gd, workers, reuse=not args.recalibrate)
         candidates = [Candidate(Path(p).stem if len(strategies) > 1 else Path(p).name, p, idx)
                       for p, _, idx in strategies]
         if args.placers or args.search_samples:

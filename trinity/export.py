@@ -32,6 +32,15 @@ def graphdef_path(graph_path: str | os.PathLike) -> Path:
     return p.with_name(f"{stem}.graphdef.pb")
 
 
+def read_graph_def(path: str | os.PathLike, graph: OpGraph) -> bytes:
+    """The serialized GraphDef that `trinity export` wrote beside the OpGraph at ``path``."""
+    pb = Path(path).with_name(graph.meta.get("graphdef") or "")
+    if graph.meta.get("framework") != "tensorflow" or not graph.meta.get("graphdef") or not pb.exists():
+        raise TrinityError(f"the TensorFlow GraphDef {pb.name!r} written by `trinity export` is missing: only "
+                           "TensorFlow exports can run", source=str(path), field="meta.graphdef")
+    return pb.read_bytes()
+
+
 def export_model(name: str, out: str | os.PathLike, batch_size: int | None = None, **options) -> OpGraph:
     spec = model_spec(name)
     if spec.framework == "tensorflow":
@@ -65,14 +74,11 @@ def profile_graph(path: str | os.PathLike, out: str | os.PathLike, *, steps: int
     if framework == "tensorflow":
         from trinity.profile.tf_profile import profile_tf
 
-        pb = Path(path).with_name(graph.meta.get("graphdef", ""))
-        if not graph.meta.get("graphdef") or not pb.exists():
-            raise TrinityError(f"the TensorFlow GraphDef {pb.name!r} written by `trinity export` is missing",
-                               source=str(path), field="meta.graphdef")
-        profiled, report = profile_tf(graph, pb.read_bytes(), steps=steps, warmup=warmup, threads=threads,
+        graph_def = read_graph_def(path, graph)
+        profiled, report = profile_tf(graph, graph_def, steps=steps, warmup=warmup, threads=threads,
                                       progress=progress)
         if Path(out).resolve() != Path(path).resolve():
-            atomic_write_bytes(graphdef_path(out), pb.read_bytes())
+            atomic_write_bytes(graphdef_path(out), graph_def)
             profiled = _with_meta(profiled, graphdef=graphdef_path(out).name)
     elif framework == "torch":
         from trinity.profile.torch_profile import profile_torch

@@ -64,6 +64,19 @@ def place(name: str, graph: OpGraph, cluster: Cluster, **options) -> PlacerResul
     return PlacerResult(name, placement, seconds)
 
 
+def place_each(names, graph: OpGraph, cluster: Cluster, *, seed: int = 0
+               ) -> tuple[dict[str, PlacerResult], dict[str, str]]:
+    """Run each named placer (``seed`` goes to the random one): (results by name, in order;
+    why each placer that could not place the graph failed)."""
+    placed, failed = {}, {}
+    for name in names:
+        try:
+            placed[name] = place(name, graph, cluster, **({"seed": seed} if name == "random" else {}))
+        except PlacementError as exc:
+            failed[name] = exc.message
+    return placed, failed
+
+
 class MemoryBudget:
     """Static memory left on each device, charged a whole colocation group at a time.
 

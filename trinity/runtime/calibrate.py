@@ -249,8 +249,7 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
               link_repeats: int = 20, fit_placers=FIT_PLACERS,
               progress: bool = True) -> tuple[Cluster, dict, OpGraph, dict]:
     """(cluster, its YAML document, calibrated graph, report) for ``workers``."""
-    from trinity.errors import PlacementError
-    from trinity.placers import place
+    from trinity.placers import place_each
     from trinity.runtime.runner import worker_cluster
 
     link = measure_link(workers, repeats=link_repeats, progress=progress)
@@ -261,12 +260,8 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
     # The send CPU share and latency scale are fitted to real steps of a few placers' strategies
     # (a validation should judge the simulator on other strategies: `trinity validate` marks them).
     runner = Runner(costed, graph_def, workers, cluster=cluster)
-    fit_set = {}
-    for name in fit_placers:
-        try:
-            fit_set[name] = place(name, costed, cluster).placement
-        except PlacementError:  # a placer that cannot place this graph leaves the fit
-            continue
+    placed, _ = place_each(fit_placers, costed, cluster)  # a placer that cannot place the graph leaves the fit
+    fit_set = {name: r.placement for name, r in placed.items()}
     if not fit_set:
         raise TrinityError("no placer could place the graph on these workers to fit the transfer model",
                            field="calibration")

@@ -181,16 +181,22 @@ class Runner:
         self.graph_def = seeded_graph_def(tf.compat.v1.GraphDef.FromString(graph_def), seed)
         self.fetches = [graph.meta["train_op"]] + ([graph.meta["loss"]] if graph.meta.get("loss") else [])
 
+    @property
+    def simulator(self):
+        """The simulator of this graph on ``cluster`` (built on first use: compiling costs time)."""
+        from trinity.sim import Simulator
+
+        if self._simulator is None:
+            self._simulator = Simulator(self.graph, self.cluster)
+        return self._simulator
+
     def check(self, placement, name: str = "strategy") -> np.ndarray:
         """The placement as device indices, refused if it splits a colocation group or if the
         simulator's memory estimate exceeds a worker's budget."""
         from trinity.placers.base import format_bytes
-        from trinity.sim import Simulator
 
         p = check_placement(self.graph, self.cluster, placement, source=name)
-        if self._simulator is None:
-            self._simulator = Simulator(self.graph, self.cluster)
-        res = self._simulator.simulate(p, check=False)
+        res = self.simulator.simulate(p, check=False)
         if not res.fits:
             d = int(np.argmax(res.peak_memory_bytes / self.cluster.memory))
             raise PlacementError(

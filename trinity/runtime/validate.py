@@ -47,15 +47,12 @@ def candidate_strategies(graph: OpGraph, cluster: Cluster, *, placers=VALIDATION
                          search_iterations: int = 40, warm_start: str | None = "m-etf", seed: int = 0,
                          progress: bool = True) -> list[Candidate]:
     """Each placer's placement, then ``search_samples`` strategies sampled along a short search."""
-    from trinity.placers import place
+    from trinity.placers import place_each
 
-    out = []
-    for name in placers:
-        try:
-            options = {"seed": seed} if name == "random" else {}
-            out.append(Candidate(name, name, place(name, graph, cluster, **options).placement))
-        except PlacementError as exc:  # e.g. a placer that cannot fit the graph: nothing to measure
-            print(f"skipping placer {name}: {exc}")
+    placed, failed = place_each(placers, graph, cluster, seed=seed)
+    for name, why in failed.items():  # e.g. a placer that cannot fit the graph: nothing to measure
+        print(f"skipping placer {name}: {why}")
+    out = [Candidate(name, name, r.placement) for name, r in placed.items()]
     if search_samples > 0:
         out += _search_samples(graph, cluster, search_samples, max(search_iterations, search_samples), warm_start,
                                seed, progress)
@@ -87,7 +84,6 @@ def _row(c: Candidate, sim, m: Measurement | None) -> dict:
            "sim_peak_memory_GB": sim.max_memory_bytes / 1e9}
     if m is not None:
         row.update(m.summary())
-        row["strategy"] = c.name
         row["step_error"] = (row["sim_step_ms"] - row["real_step_ms"]) / row["real_step_ms"]
         row["comm_error"] = ((row["sim_comm_MB"] - row["real_crossed_MB"]) / row["real_crossed_MB"]
                              if row["real_crossed_MB"] > 0 else (0.0 if row["sim_comm_MB"] == 0 else np.inf))
@@ -98,20 +94,17 @@ def validate(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluste
              out_dir: str | os.PathLike | None = None, rounds: int = 3, steps: int = 3, warmup: int = 2,
              timeout_s: float = 300.0, progress: bool = True) -> pd.DataFrame:
     """Simulate and measure every candidate; one row each (see the module doc)."""
-    from trinity.sim import Simulator
-
     if cluster.n_devices != workers.n:
         raise TrinityError(f"cluster {cluster.name!r} has {cluster.n_devices} devices for {workers.n} workers",
                            field="cluster")
-    simulator = Simulator(graph, cluster)
+    runner = Runner(graph, graph_def, workers, cluster=cluster, timeout_s=timeout_s)
     if out_dir is not None:  # the exact strategies measured, so any row can be rerun
         for c in candidates:
             Strategy.from_array(graph, cluster, c.placement, source=c.source).save(
                 Path(out_dir) / "strategies" / f"{c.name}.json")
-    runner = Runner(graph, graph_def, workers, cluster=cluster, timeout_s=timeout_s)
     sims, runnable, refused = {}, {}, []
     for c in candidates:
-        sims[c.name] = simulator.simulate(c.placement, trace=True)
+        sims[c.name] = runner.simulator.simulate(c.placement, trace=True)
         try:
             runnable[c.name] = runner.check(c.placement, c.name)
         except PlacementError as exc:
