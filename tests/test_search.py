@@ -33,9 +33,9 @@ def cluster(n=2, memory_GB=1.0):
                               "default_link": {"bandwidth_GBps": 1.0, "latency_us": 10.0}})
 
 
-def config(method, iterations, **kw):
+def config(method, iterations, policy=TINY, **kw):
     return SearchConfig(method=method, iterations=iterations, batch=8, num_groups=4, lr=0.01, embedding_dim=4,
-                        checkpoint_every=10, policy=TINY, **kw)
+                        checkpoint_every=10, policy=policy, **kw)
 
 
 @pytest.mark.parametrize("method", ["trinity", "hierarchical"])
@@ -157,7 +157,7 @@ def test_sigterm_mid_search_then_resume_matches_uninterrupted(tmp_path):
     assert [h["charts/reward_mean"] for h in resumed] == [h["charts/reward_mean"] for h in reference.history]
 
 
-def test_warm_start_imitates_a_placer(tmp_path):
+def test_warm_start_imitates_a_placer_and_starts_from_its_output(tmp_path):
     from trinity.placers import place
 
     g = two_chains()
@@ -167,3 +167,49 @@ def test_warm_start_imitates_a_placer(tmp_path):
                progress=False)
     placements = s.policy.sample(16, s.generator).placements(s.units.unit_of_op)
     assert (placements == target).all(axis=1).mean() >= 0.75
+    assert s.warm_start_agreement >= 0.9
+    # The placer's own strategy is the search's first candidate: a search never ends worse than its start.
+    assert s.best.iteration == -1 and s.best.step_time_us == 600.0 and np.array_equal(s.best.placement, target)
+    saved = Strategy.load(tmp_path / "best_strategy.json")
+    assert saved.meta["method"] == "m-etf (warm start)" and saved.meta["iteration"] == -1
+
+
+def test_unit_logits_start_at_zero_and_can_reproduce_any_partition(tmp_path):
+    import torch
+
+    g = two_chains()
+    plain = Search(g, cluster(), config("trinity", 1), tmp_path / "a", progress=False)
+    free = Search(g, cluster(), config("trinity", 1, policy=PolicyConfig(**{**TINY.__dict__, "unit_logits": True})),
+                  tmp_path / "b", progress=False)
+    free.policy.eval(), plain.policy.eval()
+    assert torch.equal(free.policy.partition_logits(), plain.policy.partition_logits())  # same seed, zero table
+    with torch.no_grad():  # a table entry alone decides a unit's group, whatever its features say
+        free.policy.unit_logits[3, 2] = 100.0
+    assert (free.policy.sample(8, free.generator).groups[:, 3] == 2).all()
+
+
+def test_overlapped_batches_come_from_the_policy_before_the_update(tmp_path):
+    import copy
+
+    import torch
+
+    s = Search(two_chains(), cluster(), config("trinity", 5), tmp_path, progress=False)
+    assert s.overlap and not Search(two_chains(), cluster(), config("hierarchical", 5), tmp_path / "h",
+                                    progress=False).overlap
+    before = copy.deepcopy(s.policy).eval()
+    s.step()
+    ahead = s._take_next()
+    assert not all(torch.equal(a, b) for a, b in zip(before.parameters(), s.policy.parameters()))  # updated
+    with torch.no_grad():  # PPO's logp_old is the sampling (pre-update) policy's, so the ratio corrects the lag
+        logp, _ = before.log_prob(ahead.strategy)
+    assert torch.allclose(logp, ahead.strategy.logp, atol=1e-5)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_overlap_is_deterministic(tmp_path, overlap):
+    runs = []
+    for i in range(2):  # one after the other: a search seeds torch's global generator (dropout) when made
+        runs.append(Search(two_chains(), cluster(), config("trinity", 12, overlap_sampling=overlap), tmp_path / str(i),
+                           progress=False))
+        runs[-1].run()
+    assert [h["charts/reward_mean"] for h in runs[0].history] == [h["charts/reward_mean"] for h in runs[1].history]

@@ -52,6 +52,8 @@ class PolicyConfig:
     device_embedding: int = 32
     logit_scale: float = 5.0  #: C in C * tanh(u / T)
     logit_temperature: float = 10.0  #: T
+    #: add a free logit per (unit, group), zero at first, to the partition network's output
+    unit_logits: bool = False
 
 
 @dataclass
@@ -105,6 +107,7 @@ class PlacementPolicy(nn.Module):
         self.partition = nn.Sequential(
             nn.Linear(cfg.type_embedding + unit_graph.numeric.shape[1], h1), nn.ReLU(), nn.Dropout(cfg.dropout),
             nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, k))
+        self.unit_logits = nn.Parameter(torch.zeros(unit_graph.n_units, k)) if cfg.unit_logits else None
         group_features = cfg.type_embedding + unit_graph.numeric.shape[1] + 1 + k
         # The k-long adjacency dominates the group embedding; a linear projection keeps the
         # encoder's recurrent input small (the LSTM is the cost of every update on a CPU).
@@ -122,7 +125,8 @@ class PlacementPolicy(nn.Module):
         return torch.cat([types, self.ug.numeric], dim=1)
 
     def partition_logits(self) -> torch.Tensor:
-        return self.partition(self.unit_inputs())  # [U, k]
+        logits = self.partition(self.unit_inputs())  # [U, k]
+        return logits if self.unit_logits is None else logits + self.unit_logits
 
     # ------------------------------------------------------------- groups
     def group_embeddings(self, groups: torch.Tensor) -> torch.Tensor:

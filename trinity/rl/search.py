@@ -10,8 +10,17 @@ and updates the policy:
 * ``hierarchical`` (Mirhoseini et al. 2018): reward -sqrt(runtime), one
   REINFORCE step per batch, k = min(256, 20 * devices) groups.
 
-Everything random draws from generators stored in the checkpoint, so a
-search killed and resumed ends exactly where an uninterrupted one does.
+Trinity overlaps sampling with learning (``overlap_sampling``): while
+iteration t's PPO update runs, a second thread samples and simulates
+iteration t+1's batch from a snapshot of the policy before that update.
+PPO's ratio is taken against the log-probabilities of the policy that
+sampled, so the one-update lag is corrected for exactly as PPO corrects for
+its own epochs; on two cores it cuts an iteration by a third. REINFORCE has
+no such correction, so Hierarchical samples on-policy, in turn.
+
+Everything random draws from generators stored in the checkpoint (with the
+batch sampled ahead), so a search killed and resumed ends exactly where an
+uninterrupted one does.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import random
 import signal
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -59,6 +69,8 @@ class SearchConfig:
     noise_max: float = 0.1  #: logit noise at iteration 0, decaying linearly ...
     noise_steps: int = 500  #: ... to zero here
     grad_clip: float = 1.0
+    #: trinity: sample the next batch on a second thread during the update (see module docstring)
+    overlap_sampling: bool = True
     seed: int = 0
     threads: int = 1
     checkpoint_every: int = 50
@@ -88,6 +100,16 @@ class Best:
     placement: np.ndarray | None = None
 
 
+@dataclass
+class Batch:
+    """One iteration's sampled strategies and their simulations."""
+
+    strategy: Strategy
+    placements: np.ndarray  # int64[B, N]
+    results: list[SimResult]
+    noise: float
+
+
 class Search:
     """One search of one graph on one cluster, writing into ``out_dir``."""
 
@@ -112,7 +134,13 @@ class Search:
         self.reward_fn: Callable[[SimResult], float] = (
             (lambda r: mdpe_reward(r, cfg.reward)) if cfg.method == "trinity"
             else (lambda r: hierarchical_reward(r, cfg.reward.fail_runtime_ratio)))
+        self.overlap = cfg.overlap_sampling and cfg.method == "trinity"
+        self._sampler = (PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, self.cfg.policy)
+                         if self.overlap else None)
+        self._executor: ThreadPoolExecutor | None = None
+        self._next: Future | Batch | None = None  # the next iteration's batch, when sampled ahead
         self.iteration = 0
+        self.warm_start_agreement: float | None = None  #: share of ops a sample puts where the placer did
         self.last_placements: np.ndarray | None = None
         self.best = Best()
         self.history: list[dict] = []
@@ -184,15 +212,17 @@ class Search:
 
     def step(self) -> dict[str, float]:
         cfg = self.cfg
-        noise = cfg.noise_max * max(0.0, 1.0 - self.iteration / cfg.noise_steps) if cfg.noise_steps else 0.0
-        strategy = self.policy.sample(cfg.batch, self.generator, noise)
-        placements = strategy.placements(self.units.unit_of_op)
+        batch = self._take_next() or self._draw(self.policy, self.iteration)
+        results, placements = batch.results, batch.placements
         self.last_placements = placements  # for callers that want the samples (validation)
-        results = [self.simulator.simulate(p, check=False) for p in placements]
         rewards = torch.tensor([self.reward_fn(r) for r in results], dtype=torch.float32)
         self._track_best(results, rewards, placements)
         advantages = self.baseline.advantages(rewards)
-        losses = self._update(strategy, advantages)
+        if self.overlap:  # the next batch, from the policy as it is before this update
+            self._sampler.load_state_dict(self.policy.state_dict())
+            self._executor = self._executor or ThreadPoolExecutor(1, thread_name_prefix="trinity-sampler")
+            self._next = self._executor.submit(self._draw, self._sampler, self.iteration + 1)
+        losses = self._update(batch.strategy, advantages)
         fits = [r for r in results if r.fits]
         return {
             "charts/reward_mean": float(rewards.mean()), "charts/reward_max": float(rewards.max()),
@@ -204,9 +234,27 @@ class Search:
             "charts/best_peak_memory_GB": self.best.peak_memory_bytes / 1e9,
             "charts/peak_comm_MB_mean": float(np.mean([r.peak_comm_bytes for r in results])) / 1e6,
             "charts/peak_memory_GB_mean": float(np.mean([r.max_memory_bytes for r in results])) / 1e9,
-            "charts/noise": noise, "charts/simulations": float(cfg.batch * (self.iteration + 1)),
+            "charts/noise": batch.noise, "charts/simulations": float(cfg.batch * (self.iteration + 1)),
             **losses,
         }
+
+    def _noise(self, iteration: int) -> float:
+        cfg = self.cfg
+        return cfg.noise_max * max(0.0, 1.0 - iteration / cfg.noise_steps) if cfg.noise_steps else 0.0
+
+    def _draw(self, policy: PlacementPolicy, iteration: int) -> Batch:
+        """Sample a batch from ``policy`` and simulate it (runs on the sampler thread when overlapping)."""
+        noise = self._noise(iteration)
+        return self._simulated(policy.sample(self.cfg.batch, self.generator, noise), noise)
+
+    def _simulated(self, strategy: Strategy, noise: float) -> Batch:
+        placements = strategy.placements(self.units.unit_of_op)
+        return Batch(strategy, placements, [self.simulator.simulate(p, check=False) for p in placements], noise)
+
+    def _take_next(self) -> Batch | None:
+        """The batch sampled ahead for this iteration, if any (waiting for it if need be)."""
+        batch, self._next = self._next, None
+        return batch.result() if isinstance(batch, Future) else batch
 
     def _update(self, strategy: Strategy, advantages: torch.Tensor) -> dict[str, float]:
         cfg = self.cfg
@@ -228,45 +276,65 @@ class Search:
         return {"losses/policy_loss": float(loss.detach()), "losses/entropy": float(entropy.detach()),
                 "losses/grad_norm": float(grad_norm), **{f"losses/{k}": v for k, v in stats.items()}}
 
-    def _track_best(self, results: list[SimResult], rewards: torch.Tensor, placements: np.ndarray) -> None:
+    def _track_best(self, results: list[SimResult], rewards: torch.Tensor, placements: np.ndarray,
+                    iteration: int | None = None, label: str | None = None) -> None:
+        """Keep (and save) the best strategy; iteration -1 is the warm start's placer output."""
+        iteration = self.iteration if iteration is None else iteration
         i = int(torch.argmax(rewards))
         if float(rewards[i]) > self.best.reward:
             r = results[i]
             self.best = Best(float(rewards[i]), r.step_time_us, r.peak_comm_bytes, r.max_memory_bytes,
-                             self.iteration, placements[i].copy())
-            StrategyFile.from_array(self.graph, self.cluster, self.best.placement, method=self.cfg.method,
-                                    iteration=self.iteration, reward=self.best.reward,
+                             iteration, placements[i].copy())
+            StrategyFile.from_array(self.graph, self.cluster, self.best.placement, method=label or self.cfg.method,
+                                    iteration=iteration, reward=self.best.reward,
                                     simulated_step_time_us=r.step_time_us).save(self.out_dir / "best_strategy.json")
 
     # ----------------------------------------------------------------- warm start
     def _warm_start(self, placer: str) -> None:
-        """Imitate a placer: supervised steps towards a partition and schedule that reproduce it."""
+        """Imitate a placer, then count its placement as the search's first candidate.
+
+        The targets are ones the policy can represent: group g goes to device g mod D (the
+        decoder only has to learn "the device after the one before"), and a unit the placer
+        put on device d may join any group of that class, so the partition network raises the
+        class's total probability rather than one arbitrary group's.
+        """
         from trinity.placers import place
 
         placement = place(placer, self.graph, self.cluster).placement
-        k, n_dev = self.cfg.policy.num_groups, self.cluster.n_devices
-        per_device = k // n_dev
-        unit_device = np.zeros(self.units.n_units, np.int64)
-        unit_device[self.units.unit_of_op] = placement
-        groups = np.zeros(self.units.n_units, np.int64)
-        for d in range(n_dev):  # a device's units, in order, spread over its block of groups
-            mine = np.flatnonzero(unit_device == d)
-            groups[mine] = d * per_device + (np.arange(len(mine)) * per_device) // max(len(mine), 1)
-        devices = np.minimum(np.arange(k) // per_device, n_dev - 1)
-        target = Strategy(torch.from_numpy(groups)[None], torch.from_numpy(devices)[None])
+        k, n_dev, units = self.cfg.policy.num_groups, self.cluster.n_devices, self.units
+        unit_device = np.zeros(units.n_units, np.int64)
+        unit_device[units.unit_of_op] = placement
+        group_device = np.arange(k) % n_dev
+        groups = np.zeros(units.n_units, np.int64)  # a partition that reproduces the placement, ...
+        for d in range(n_dev):  # ... each device's units spread evenly over its class of groups
+            mine, mine_groups = np.flatnonzero(unit_device == d), np.flatnonzero(group_device == d)
+            groups[mine] = mine_groups[(np.arange(len(mine)) * len(mine_groups)) // max(len(mine), 1)]
+        target = Strategy(torch.from_numpy(groups)[None], torch.from_numpy(group_device)[None])
+        outside_class = torch.from_numpy(group_device[None, :] != unit_device[:, None])  # [U, k]
         # Its own optimizer: supervised steps want a larger rate, and should leave no Adam state behind.
         optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.cfg.warm_start_lr, foreach=True)
         self.policy.train()
         for _ in tqdm(range(self.cfg.warm_start_steps), desc=f"imitating {placer}", disable=not self.progress):
-            logp, _ = self.policy.log_prob(target)
-            loss = -logp.mean()
+            logp_groups = torch.log_softmax(self.policy.partition_logits(), dim=1)
+            logp_device = logp_groups.masked_fill(outside_class, -torch.inf).logsumexp(dim=1)  # [U]
+            schedule = self.policy.schedule_logits(self.policy.group_embeddings(target.groups), target.devices)
+            logp_schedule = torch.log_softmax(schedule, dim=2)[0].gather(1, target.devices[0, :, None])[:, 0]
+            loss = -torch.cat([logp_device, logp_schedule]).mean()
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip)
             optimizer.step()
+        samples = self.policy.sample(self.cfg.batch, torch.Generator().manual_seed(self.cfg.seed))
+        self.warm_start_agreement = float((samples.placements(units.unit_of_op) == placement).mean())
+        self.tracker.log_metrics({"warm_start/agreement": self.warm_start_agreement}, step=0)
+        result = self.simulator.simulate(placement, check=False)
+        self._track_best([result], torch.tensor([self.reward_fn(result)]), placement[None], iteration=-1,
+                         label=f"{placer} (warm start)")
 
     # ----------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> None:
+        ahead = self._take_next()  # completes the sampler's draw, so the generator state is after it
+        self._next = ahead
         state = {
             "iteration": self.iteration, "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
             "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
@@ -274,6 +342,9 @@ class Search:
             "baseline": self.baseline.value, "best": asdict(self.best), "history": self.history,
             "seconds": self.seconds, "run_id": self.tracker.run_id, "config": asdict(self.cfg),
             "graph_digest": self.graph.digest(), "cluster": self.cluster.name,
+            "next_batch": None if ahead is None else {
+                "groups": ahead.strategy.groups, "devices": ahead.strategy.devices,
+                "logp": ahead.strategy.logp, "noise": ahead.noise},
         }
         buf = io.BytesIO()
         torch.save(state, buf)
@@ -302,6 +373,9 @@ class Search:
         self.best = Best(**state["best"])
         self.history = state["history"]
         self.seconds = state["seconds"]
+        ahead = state.get("next_batch")
+        if ahead is not None:  # simulation is deterministic: re-simulating gives the same results
+            self._next = self._simulated(Strategy(ahead["groups"], ahead["devices"], ahead["logp"]), ahead["noise"])
 
 
 @contextmanager
