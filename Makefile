@@ -38,8 +38,8 @@ bench: $(STAMP)  ## benchmark figures (ratios measured in the same run); exports
 bench-export: $(STAMP)  ## export and profile the paper's five models into data/ (several minutes)
 	$(PY) benchmarks/bench_export.py --out data
 
-search-table: $(STAMP)  ## Trinity and Hierarchical vs every placer (needs `make bench-export` first; ~15 min)
-	$(PY) benchmarks/search_table.py $(REFERENCE_GNMT) $(wildcard data/inception_v3_profiled.json.gz) \
+search-table: $(STAMP)  ## Trinity and Hierarchical vs every placer (needs `make bench-export` first; ~40 min)
+	$(PY) benchmarks/search_table.py $(REFERENCE_GNMT) $(wildcard data/inception_v3_profiled.json.gz data/gnmt_profiled.json.gz) \
 		--csv reports/search_table.csv
 
 VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin

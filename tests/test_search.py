@@ -33,8 +33,8 @@ def cluster(n=2, memory_GB=1.0):
                               "default_link": {"bandwidth_GBps": 1.0, "latency_us": 10.0}})
 
 
-def config(method, iterations, policy=TINY, **kw):
-    return SearchConfig(method=method, iterations=iterations, batch=8, num_groups=4, lr=0.01, embedding_dim=4,
+def config(method, iterations, policy=TINY, lr=0.01, **kw):
+    return SearchConfig(method=method, iterations=iterations, batch=8, num_groups=4, lr=lr, embedding_dim=4,
                         checkpoint_every=10, policy=policy, **kw)
 
 
@@ -213,3 +213,20 @@ def test_overlap_is_deterministic(tmp_path, overlap):
                            progress=False))
         runs[-1].run()
     assert [h["charts/reward_mean"] for h in runs[0].history] == [h["charts/reward_mean"] for h in runs[1].history]
+
+
+def test_warm_start_from_the_best_placer(tmp_path):
+    from trinity.placers import place
+    from trinity.rl.search import WARM_START_PLACERS
+    from trinity.sim import Simulator
+
+    g, c = two_chains(), cluster()
+    sim = Simulator(g, c)
+    times = {name: sim.simulate(place(name, g, c).placement).step_time_us for name in WARM_START_PLACERS}
+    first_best = next(name for name in WARM_START_PLACERS if times[name] == min(times.values()))
+    s = Search(g, c, config("trinity", 1, warm_start="best", warm_start_steps=5, lr=None), tmp_path, progress=False)
+    assert s.warm_start_placer == first_best and s.best.step_time_us == min(times.values()) == 600.0
+    assert s.cfg.lr == 1e-4 and s.cfg.policy.unit_logits  # fine-tuning defaults after a warm start
+    s.run()
+    resumed = Search(g, c, config("trinity", 1, warm_start="best", lr=None), tmp_path, progress=False)
+    assert resumed.warm_start_placer == first_best and resumed.warm_start_agreement == s.warm_start_agreement

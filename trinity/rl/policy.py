@@ -6,7 +6,11 @@ together.
 
 Partition network (per unit): a feed-forward net, hidden 64 and 128 with
 30% dropout between, over [mean op-type embedding, mean op features],
-ending in a softmax over k groups.
+ending in a softmax over k groups. Optionally (``unit_logits``, on in
+warm-started searches) a free [U, k] table of logits, zero at first, is
+added to its output: features alone cannot tell apart every unit a placer
+separated, so without it a policy imitating m-ETF on GNMT (9.7k units)
+put 13% of them elsewhere and its samples averaged 27% slower than m-ETF.
 
 Group embedding (per sampled partition): mean op-type embedding of the
 group's ops, mean Z-scored log output size and compute, the group's share
@@ -52,8 +56,9 @@ class PolicyConfig:
     device_embedding: int = 32
     logit_scale: float = 5.0  #: C in C * tanh(u / T)
     logit_temperature: float = 10.0  #: T
-    #: add a free logit per (unit, group), zero at first, to the partition network's output
-    unit_logits: bool = False
+    #: add a free logit per (unit, group), zero at first, to the partition network's output;
+    #: None = only in warm-started searches (a feature network alone imitated 86% of GNMT's units)
+    unit_logits: bool | None = None
 
 
 @dataclass
@@ -107,6 +112,7 @@ class PlacementPolicy(nn.Module):
         self.partition = nn.Sequential(
             nn.Linear(cfg.type_embedding + unit_graph.numeric.shape[1], h1), nn.ReLU(), nn.Dropout(cfg.dropout),
             nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, k))
+        # An addition to the paper: lets a warm start reproduce a placer exactly (see PolicyConfig).
         self.unit_logits = nn.Parameter(torch.zeros(unit_graph.n_units, k)) if cfg.unit_logits else None
         group_features = cfg.type_embedding + unit_graph.numeric.shape[1] + 1 + k
         # The k-long adjacency dominates the group embedding; a linear projection keeps the

@@ -53,6 +53,7 @@ from trinity.sim import SimResult, Simulator
 from trinity.track import NullTracker
 
 METHODS = ("trinity", "hierarchical")
+WARM_START_PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
 
 
 @dataclass
@@ -61,7 +62,9 @@ class SearchConfig:
     iterations: int = 1000
     batch: int = 8  #: strategies sampled per iteration
     num_groups: int | None = None  #: k; None = 256 (trinity) or min(256, 20 * devices) (hierarchical)
-    lr: float = 1e-3  #: Adam; the paper says 0.1, which collapses the policy here (see README)
+    #: Adam; None = 1e-3, or 1e-4 after a warm start (fine-tuning: 1e-3 walks a trained policy away
+    #: from its placer within tens of iterations). The paper's 0.1 collapses the policy (see README).
+    lr: float | None = None
     ppo_epochs: int = 2
     clip: float = 0.2
     entropy_coef: float = 0.0
@@ -75,9 +78,12 @@ class SearchConfig:
     threads: int = 1
     checkpoint_every: int = 50
     embedding_dim: int = 16
-    warm_start: str | None = None  #: placer whose output the policy first imitates
+    #: placer whose output the policy first imitates; "best" = the best by this search's reward of
+    #: WARM_START_PLACERS on this graph and cluster
+    warm_start: str | None = None
     warm_start_steps: int = 1000
     warm_start_lr: float = 1e-2
+    warm_start_fine_tune_lr: float = 1e-4
     reward: MDPEConfig = field(default_factory=MDPEConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
@@ -120,7 +126,11 @@ class Search:
         self.tracker = tracker or NullTracker()
         self.progress = progress
         k = cfg.num_groups or (256 if cfg.method == "trinity" else min(256, 20 * cluster.n_devices))
-        self.cfg.policy = PolicyConfig(**{**asdict(cfg.policy), "num_groups": k})
+        # Per-unit logits by default only when warm-starting: they let the imitation be exact.
+        unit_logits = bool(cfg.warm_start) if cfg.policy.unit_logits is None else cfg.policy.unit_logits
+        self.cfg.policy = PolicyConfig(**{**asdict(cfg.policy), "num_groups": k, "unit_logits": unit_logits})
+        if cfg.lr is None:
+            cfg.lr = cfg.warm_start_fine_tune_lr if cfg.warm_start else 1e-3
         self._check_inputs()
         torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
@@ -141,6 +151,7 @@ class Search:
         self._next: Future | Batch | None = None  # the next iteration's batch, when sampled ahead
         self.iteration = 0
         self.warm_start_agreement: float | None = None  #: share of ops a sample puts where the placer did
+        self.warm_start_placer: str | None = None  #: the placer imitated (resolves "best")
         self.last_placements: np.ndarray | None = None
         self.best = Best()
         self.history: list[dict] = []
@@ -181,7 +192,8 @@ class Search:
         self.tracker.log_params({"method": cfg.method, "graph": self.graph.name, "cluster": self.cluster.name,
                                  **{k: v for k, v in asdict(cfg).items() if k not in ("reward", "policy")},
                                  **{f"reward.{k}": v for k, v in asdict(cfg.reward).items()},
-                                 **{f"policy.{k}": v for k, v in asdict(cfg.policy).items()}})
+                                 **{f"policy.{k}": v for k, v in asdict(cfg.policy).items()},
+                                 "warm_start_placer": self.warm_start_placer})
         bar = tqdm(total=cfg.iterations, initial=self.iteration, desc=f"{cfg.method} search",
                    disable=not self.progress, dynamic_ncols=True)
         with _deferred_interrupts() as interrupted:
@@ -298,9 +310,8 @@ class Search:
         put on device d may join any group of that class, so the partition network raises the
         class's total probability rather than one arbitrary group's.
         """
-        from trinity.placers import place
-
-        placement = place(placer, self.graph, self.cluster).placement
+        placer, placement = self._warm_start_target(placer)
+        self.warm_start_placer = placer
         k, n_dev, units = self.cfg.policy.num_groups, self.cluster.n_devices, self.units
         unit_device = np.zeros(units.n_units, np.int64)
         unit_device[units.unit_of_op] = placement
@@ -331,6 +342,20 @@ class Search:
         self._track_best([result], torch.tensor([self.reward_fn(result)]), placement[None], iteration=-1,
                          label=f"{placer} (warm start)")
 
+    def _warm_start_target(self, placer: str) -> tuple[str, np.ndarray]:
+        from trinity.placers import place, place_each
+
+        if placer != "best":
+            return placer, place(placer, self.graph, self.cluster).placement
+        placed, _ = place_each(WARM_START_PLACERS, self.graph, self.cluster, seed=self.cfg.seed)
+        rewards = {name: self.reward_fn(self.simulator.simulate(r.placement, check=False))
+                   for name, r in placed.items()}
+        if not rewards:
+            raise TrinityError("no placer could place the graph, so there is nothing to warm-start from",
+                               field="warm_start")
+        best = max(rewards, key=rewards.get)  # the first of equals, in WARM_START_PLACERS order
+        return best, placed[best].placement
+
     # ----------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> None:
         ahead = self._take_next()  # completes the sampler's draw, so the generator state is after it
@@ -342,6 +367,7 @@ class Search:
             "baseline": self.baseline.value, "best": asdict(self.best), "history": self.history,
             "seconds": self.seconds, "run_id": self.tracker.run_id, "config": asdict(self.cfg),
             "graph_digest": self.graph.digest(), "cluster": self.cluster.name,
+            "warm_start": {"placer": self.warm_start_placer, "agreement": self.warm_start_agreement},
             "next_batch": None if ahead is None else {
                 "groups": ahead.strategy.groups, "devices": ahead.strategy.devices,
                 "logp": ahead.strategy.logp, "noise": ahead.noise},
@@ -373,6 +399,8 @@ class Search:
         self.best = Best(**state["best"])
         self.history = state["history"]
         self.seconds = state["seconds"]
+        warm = state.get("warm_start") or {}
+        self.warm_start_placer, self.warm_start_agreement = warm.get("placer"), warm.get("agreement")
         ahead = state.get("next_batch")
         if ahead is not None:  # simulation is deterministic: re-simulating gives the same results
             self._next = self._simulated(Strategy(ahead["groups"], ahead["devices"], ahead["logp"]), ahead["noise"])
