@@ -24,6 +24,7 @@ warnings.filterwarnings("ignore")
 from trinity.cluster import load_cluster  # noqa: E402
 from trinity.compare import compare_placers  # noqa: E402
 from trinity.graph import load_graph  # noqa: E402
+from trinity.plots import plot_search_table  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
 
 BASELINES = ["single", "expert", "metis", "m-topo", "m-etf", "m-sct"]
@@ -34,8 +35,10 @@ def main() -> None:
     parser.add_argument("graphs", nargs="+")
     parser.add_argument("--clusters", nargs="+", default=["p100x2", "p100x4"])
     parser.add_argument("--iterations", type=int, default=300)
-    parser.add_argument("--warm-start", default="m-etf", help="placer to imitate first ('' for none)")
+    parser.add_argument("--warm-start", default="best",
+                        help="placer to imitate first; 'best' = the best placer per case ('' for none)")
     parser.add_argument("--csv", default="reports/search_table.csv")
+    parser.add_argument("--plot", default="reports/search_table.png")
     args = parser.parse_args()
     rows = []
     for path in args.graphs:
@@ -54,7 +57,7 @@ def main() -> None:
                     t0 = time.perf_counter()
                     search = Search(graph, cluster, cfg, tmp, progress=False)
                     best = search.run()
-                label = method + (f" (from {args.warm_start})" if args.warm_start else "")
+                label = method + (f" (from {search.warm_start_placer})" if args.warm_start else "")
                 rows.append({"graph": graph.name, "cluster": cluster.name, "method": label,
                              "step_time_ms": best.step_time_us / 1e3, "peak_comm_MB": best.peak_comm_bytes / 1e6,
                              "peak_memory_GB": best.peak_memory_bytes / 1e9, "seconds": time.perf_counter() - t0,
@@ -64,6 +67,7 @@ def main() -> None:
     print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.csv, index=False)
+    plot_search_table(df, args.plot, title=f"Trinity and Hierarchical ({args.iterations} iterations) vs placers")
 
 
 if __name__ == "__main__":

@@ -117,6 +117,13 @@ def test_cli_search_logs_to_mlflow_and_resumes(tmp_path, capsys):
     steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "charts/reward_mean")]
     assert steps == list(range(6))
     assert (tmp_path / "run" / "search_curve.png").exists()
+    warm = ["search", str(graph_file), "--cluster", str(cluster_file), "--groups", "4", "--batch", "4",
+            "--iterations", "2", "--warm-start", "best", "--warm-start-steps", "20", "--out", str(tmp_path / "warm"),
+            "--mlflow-uri", uri, "--experiment", "warm"]
+    assert main(warm) == 0
+    assert "warm start: imitated metis (100.0% of ops agree); best strategy is metis's own" in capsys.readouterr().out
+    run = client.search_runs([client.get_experiment_by_name("warm").experiment_id])[0]
+    assert run.data.params["warm_start_placer"] == "metis" and "warm_start/agreement" in run.data.metrics
 
 
 def test_sigterm_mid_search_then_resume_matches_uninterrupted(tmp_path):
@@ -230,3 +237,15 @@ def test_warm_start_from_the_best_placer(tmp_path):
     s.run()
     resumed = Search(g, c, config("trinity", 1, warm_start="best", lr=None), tmp_path, progress=False)
     assert resumed.warm_start_placer == first_best and resumed.warm_start_agreement == s.warm_start_agreement
+
+
+def test_search_table_plot(tmp_path):
+    import pandas as pd
+
+    from trinity.plots import plot_search_table
+
+    table = pd.DataFrame({"graph": ["g"] * 3 + ["h"] * 2, "cluster": ["p100x2"] * 5,
+                          "method": ["single", "m-etf", "trinity (from m-etf)", "single", "hierarchical (from metis)"],
+                          "step_time_ms": [10.0, 7.0, 6.5, 3.0, 2.0]})
+    plot_search_table(table, tmp_path / "table.png", title="t")
+    assert (tmp_path / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

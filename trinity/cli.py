@@ -182,6 +182,7 @@ def cmd_search(args) -> None:
 
     cfg = SearchConfig(method=args.method, iterations=args.iterations, batch=args.batch, num_groups=args.groups,
                        lr=args.lr, seed=args.seed, warm_start=args.warm_start, threads=args.threads,
+                       warm_start_steps=args.warm_start_steps,
                        checkpoint_every=args.checkpoint_every, ppo_epochs=args.ppo_epochs,
                        policy=PolicyConfig(lstm_hidden=args.hidden))
     out = Path(args.out or f"runs/{g.name}-{cluster.name}-{args.method}-s{args.seed}")
@@ -212,6 +213,11 @@ def cmd_search(args) -> None:
           f"best step time {best.step_time_us / 1e3:.3f} ms (lower bound {search.simulator.lower_bound_us / 1e3:.3f}), "
           f"peak comm {best.peak_comm_bytes / 1e6:.1f} MB, peak memory {best.peak_memory_bytes / 1e9:.3f} GB; "
           f"strategy in {out / 'best_strategy.json'}")
+    if search.warm_start_placer:
+        found = (f"the search's, from iteration {best.iteration}" if best.iteration >= 0
+                 else f"{search.warm_start_placer}'s own: the search found nothing better")
+        print(f"warm start: imitated {search.warm_start_placer} ({search.warm_start_agreement:.1%} of ops agree); "
+              f"best strategy is {found}")
 
 
 def _workers(args):
@@ -373,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--warm-start", help="first imitate this placer's output (e.g. m-etf), or 'best': the best "
                    "placer on this graph and cluster by the search's reward")
+    p.add_argument("--warm-start-steps", type=int, default=1000, help="supervised imitation steps")
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--out", help="run folder (default runs/GRAPH-CLUSTER-METHOD-sSEED); a checkpoint there resumes")
     p.add_argument("--fresh", action="store_true", help="discard a checkpoint in the run folder and start over")

@@ -36,6 +36,34 @@ def plot_comparison(table: pd.DataFrame, path: str | os.PathLike, title: str = "
     _save(fig, path)
 
 
+def plot_search_table(table: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
+    """Simulated step time of every method, one panel per graph and cluster; the searches in colour.
+
+    ``table`` has columns graph, cluster, method, step_time_ms (benchmarks/search_table.py).
+    """
+    cases = list(table.groupby(["graph", "cluster"], sort=False))
+    cols = min(len(cases), 2)
+    rows = -(-len(cases) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3 * rows), squeeze=False)
+    for ax, ((graph, cluster), case) in zip(axes.flat, cases):
+        colors = ["tab:red" if m.startswith("trinity") else "tab:orange" if m.startswith("hierarchical")
+                  else "tab:grey" for m in case["method"]]
+        ax.barh(case["method"], case["step_time_ms"], color=colors)
+        best = case["step_time_ms"].min()
+        ax.axvline(best, color="black", lw=0.6, ls="--")
+        ax.set_xlim(0, case["step_time_ms"].max() * 1.05)
+        ax.invert_yaxis()
+        ax.set_title(f"{graph}, {cluster} (best {best:.1f} ms)", fontsize=9)
+        ax.tick_params(labelsize=8)
+    for ax in axes.flat[len(cases):]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("simulated step time (ms)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    _save(fig, path)
+
+
 def plot_gantt(gantt: pd.DataFrame, path: str | os.PathLike, title: str = "",
                transfers: pd.DataFrame | None = None) -> None:
     """Ops as bars per device over time (from `SimResult.gantt`), transfers on a row per sender."""
