@@ -37,7 +37,7 @@ def pin_to_one_core() -> str:
 
 
 def bench_simulator(graph, cluster, placer: str, *, rounds: int, fast_repeats: int, n_placements: int = 4) -> dict:
-    placements = [place(placer, graph, cluster, **({"seed": s} if placer == "random" else {})).placement
+    placements = [place(placer, graph, cluster, seed=s).placement
                   for s in range(n_placements)]
     sim = Simulator(graph, cluster)
     for p in placements:  # compile and warm caches

@@ -80,3 +80,12 @@ def test_every_registered_placer_runs_on_a_small_dag():
     for name in sorted(PLACERS):
         p = place(name, g, cluster).placement
         assert p.shape == (300,) and np.all((p >= 0) & (p < 3))
+
+
+def test_place_passes_a_seed_only_to_placers_that_draw_random_numbers():
+    g = OpGraph([Op(f"o{i}", "T", 1.0, output_bytes=(8,)) for i in range(40)],
+                [Edge(f"o{i}", f"o{i + 1}", 0) for i in range(39)])
+    c = make_cluster()
+    assert np.array_equal(place("random", g, c, seed=3).placement, place("random", g, c, seed=3).placement)
+    assert not np.array_equal(place("random", g, c, seed=3).placement, place("random", g, c, seed=4).placement)
+    assert np.array_equal(place("m-topo", g, c, seed=3).placement, place("m-topo", g, c).placement)  # ignored

@@ -61,8 +61,7 @@ def cmd_place(args) -> None:
     from trinity.sim import Simulator
 
     g, cluster = _graph(args.graph), load_cluster(args.cluster)
-    options = {"seed": args.seed} if args.placer == "random" else {}
-    placed = place(args.placer, g, cluster, **options)
+    placed = place(args.placer, g, cluster, seed=args.seed)
     res = Simulator(g, cluster).simulate(placed.placement)
     print(f"{args.placer} on {cluster.name}: placed {g.n_ops} ops in {placed.seconds:.2f} s")
     _print_result(res, cluster)

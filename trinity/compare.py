@@ -26,9 +26,8 @@ def compare_placers(graph: OpGraph, clusters: Iterable[Cluster], placers: Iterab
     jobs = [(c, p) for c in clusters for p in names]
     sims = {c.name: Simulator(graph, c) for c in clusters}
     for cluster, name in tqdm(jobs, desc="placers", disable=not progress, leave=False):
-        options = {"seed": seed} if name == "random" else {}
         try:
-            placed = place(name, graph, cluster, **options)
+            placed = place(name, graph, cluster, seed=seed)
         except PlacementError as exc:
             rows.append({"cluster": cluster.name, "placer": name, "fits": False, "note": exc.message})
             continue

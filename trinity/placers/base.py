@@ -9,6 +9,7 @@ saying why. `place` runs a placer by name and checks both promises.
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -48,9 +49,15 @@ class PlacerResult:
     seconds: float
 
 
-def place(name: str, graph: OpGraph, cluster: Cluster, **options) -> PlacerResult:
-    """Run placer ``name`` and check that it kept groups together and within memory."""
+def place(name: str, graph: OpGraph, cluster: Cluster, *, seed: int | None = None, **options) -> PlacerResult:
+    """Run placer ``name`` and check that it kept groups together and within memory.
+
+    ``seed`` goes to placers that draw random numbers (those with a ``seed`` option); the others
+    ignore it, so callers can pass one seed to every placer.
+    """
     fn = get_placer(name)
+    if seed is not None and "seed" in inspect.signature(fn).parameters:
+        options["seed"] = seed
     t0 = time.perf_counter()
     placement = fn(graph, cluster, **options)
     seconds = time.perf_counter() - t0
@@ -66,12 +73,12 @@ def place(name: str, graph: OpGraph, cluster: Cluster, **options) -> PlacerResul
 
 def place_each(names, graph: OpGraph, cluster: Cluster, *, seed: int = 0
                ) -> tuple[dict[str, PlacerResult], dict[str, str]]:
-    """Run each named placer (``seed`` goes to the random one): (results by name, in order;
+    """Run each named placer (with ``seed``, see `place`): (results by name, in order;
     why each placer that could not place the graph failed)."""
     placed, failed = {}, {}
     for name in names:
         try:
-            placed[name] = place(name, graph, cluster, **({"seed": seed} if name == "random" else {}))
+            placed[name] = place(name, graph, cluster, seed=seed)
         except PlacementError as exc:
             failed[name] = exc.message
     return placed, failed
