@@ -214,11 +214,14 @@ def test_overlapped_batches_come_from_the_policy_before_the_update(tmp_path):
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_overlap_is_deterministic(tmp_path, overlap):
-    runs = []
-    for i in range(2):  # one after the other: a search seeds torch's global generator (dropout) when made
-        runs.append(Search(two_chains(), cluster(), config("trinity", 12, overlap_sampling=overlap), tmp_path / str(i),
-                           progress=False))
-        runs[-1].run()
+    import torch
+
+    # Both made before either runs, and the global generator disturbed: each search has its own stream.
+    runs = [Search(two_chains(), cluster(), config("trinity", 12, overlap_sampling=overlap), tmp_path / str(i),
+                   progress=False) for i in range(2)]
+    for r in runs:
+        torch.rand(7)
+        r.run()
     assert [h["charts/reward_mean"] for h in runs[0].history] == [h["charts/reward_mean"] for h in runs[1].history]
 
 

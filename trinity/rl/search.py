@@ -133,10 +133,14 @@ class Search:
             cfg.lr = cfg.warm_start_fine_tune_lr if cfg.warm_start else 1e-3
         self._check_inputs()
         torch.set_num_threads(cfg.threads)
-        torch.manual_seed(cfg.seed)
         feats = op_features(graph, embedding_dim=cfg.embedding_dim, seed=cfg.seed, cache_dir=feature_cache)
         self.units = UnitGraph(graph, feats)
-        self.policy = PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, self.cfg.policy)
+        # Initialisation and dropout draw from torch's global generator; this search keeps its own
+        # state of it (see _own_rng), so other code, or another search, cannot shift its stream.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.policy = PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, self.cfg.policy)
+            self._torch_rng = torch.get_rng_state()
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr, foreach=True)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.baseline = EMABaseline(cfg.baseline_decay)
@@ -263,6 +267,14 @@ class Search:
         placements = strategy.placements(self.units.unit_of_op)
         return Batch(strategy, placements, [self.simulator.simulate(p, check=False) for p in placements], noise)
 
+    @contextmanager
+    def _own_rng(self):
+        """Run with this search's state of torch's global generator, leaving the caller's as it was."""
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(self._torch_rng)
+            yield
+            self._torch_rng = torch.get_rng_state()
+
     def _take_next(self) -> Batch | None:
         """The batch sampled ahead for this iteration, if any (waiting for it if need be)."""
         batch, self._next = self._next, None
@@ -275,7 +287,8 @@ class Search:
         epochs = cfg.ppo_epochs if cfg.method == "trinity" else 1
         stats: dict[str, float] = {}
         for _ in range(epochs):
-            logp, entropy = self.policy.log_prob(strategy)
+            with self._own_rng():  # dropout
+                logp, entropy = self.policy.log_prob(strategy)
             if cfg.method == "trinity":  # every decision is an action sharing its strategy's advantage
                 loss, stats = ppo_loss(logp, logp_old, advantages[:, None].expand_as(logp), cfg.clip)
             else:
@@ -326,9 +339,10 @@ class Search:
         optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.cfg.warm_start_lr, foreach=True)
         self.policy.train()
         for _ in tqdm(range(self.cfg.warm_start_steps), desc=f"imitating {placer}", disable=not self.progress):
-            logp_groups = torch.log_softmax(self.policy.partition_logits(), dim=1)
+            with self._own_rng():  # dropout
+                logp_groups = torch.log_softmax(self.policy.partition_logits(), dim=1)
+                schedule = self.policy.schedule_logits(self.policy.group_embeddings(target.groups), target.devices)
             logp_device = logp_groups.masked_fill(outside_class, -torch.inf).logsumexp(dim=1)  # [U]
-            schedule = self.policy.schedule_logits(self.policy.group_embeddings(target.groups), target.devices)
             logp_schedule = torch.log_softmax(schedule, dim=2)[0].gather(1, target.devices[0, :, None])[:, 0]
             loss = -torch.cat([logp_device, logp_schedule]).mean()
             optimizer.zero_grad()
@@ -362,7 +376,7 @@ class Search:
         self._next = ahead
         state = {
             "iteration": self.iteration, "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "generator": self.generator.get_state(), "torch_rng": self._torch_rng,
             "numpy_rng": np.random.get_state(), "python_rng": random.getstate(),
             "baseline": self.baseline.value, "best": asdict(self.best), "history": self.history,
             "seconds": self.seconds, "run_id": self.tracker.run_id, "config": asdict(self.cfg),
@@ -386,7 +400,7 @@ class Search:
             self.policy.load_state_dict(state["policy"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.generator.set_state(state["generator"])
-            torch.set_rng_state(state["torch_rng"])
+            self._torch_rng = state["torch_rng"]
             np.random.set_state(state["numpy_rng"])
             random.setstate(state["python_rng"])
         except TrinityError:
