@@ -137,9 +137,13 @@ class Search:
         self.units = UnitGraph(graph, feats)
         # Initialisation and dropout draw from torch's global generator; this search keeps its own
         # state of it (see _own_rng), so other code, or another search, cannot shift its stream.
+        self.overlap = cfg.overlap_sampling and cfg.method == "trinity"
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             self.policy = PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, self.cfg.policy)
+            # the sampler's copy of the policy (its weights are loaded before each use)
+            self._sampler = (PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, self.cfg.policy)
+                             if self.overlap else None)
             self._torch_rng = torch.get_rng_state()
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr, foreach=True)
         self.generator = torch.Generator().manual_seed(cfg.seed)
@@ -148,9 +152,6 @@ class Search:
         self.reward_fn: Callable[[SimResult], float] = (
             (lambda r: mdpe_reward(r, cfg.reward)) if cfg.method == "trinity"
             else (lambda r: hierarchical_reward(r, cfg.reward.fail_runtime_ratio)))
-        self.overlap = cfg.overlap_sampling and cfg.method == "trinity"
-        self._sampler = (PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, self.cfg.policy)
-                         if self.overlap else None)
         self._executor: ThreadPoolExecutor | None = None
         self._next: Future | Batch | None = None  # the next iteration's batch, when sampled ahead
         self.iteration = 0
