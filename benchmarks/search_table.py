@@ -25,9 +25,9 @@ from trinity.cluster import load_cluster  # noqa: E402
 from trinity.compare import compare_placers  # noqa: E402
 from trinity.graph import load_graph  # noqa: E402
 from trinity.plots import plot_search_table  # noqa: E402
-from trinity.rl.search import Search, SearchConfig  # noqa: E402
+from trinity.rl.search import WARM_START_PLACERS, Search, SearchConfig  # noqa: E402
 
-BASELINES = ["single", "expert", "metis", "m-topo", "m-etf", "m-sct"]
+BASELINES = list(WARM_START_PLACERS)  # the placers a "best" warm start chooses from
 
 
 def main() -> None:

@@ -236,11 +236,10 @@ def _exported(path):
 def _calibration(args, g, gd, workers, reuse: bool = True):
     """The calibrated (cluster, graph) for these workers: read from --calibration DIR (if ``reuse``),
     else measured and written there."""
-    import json
     from pathlib import Path
 
     from trinity.cluster import load_cluster
-    from trinity.fileio import write_yaml
+    from trinity.fileio import write_json, write_yaml
     from trinity.graph import save_graph
     from trinity.runtime.calibrate import calibrate
 
@@ -256,7 +255,7 @@ def _calibration(args, g, gd, workers, reuse: bool = True):
     cluster, doc, cg, report = calibrate(g, gd, workers, steps=args.profile_steps, progress=sys.stderr.isatty())
     write_yaml(cluster_file, doc)
     save_graph(cg, graph_file)
-    (folder / "calibration.json").write_text(json.dumps(report, indent=1))
+    write_json(folder / "calibration.json", report)
     link, fit = report["link"], report["transfer_fit"]
     print(f"link: latency {link['latency_us']:.0f} us, bandwidth {link['bandwidth_GBps']:.2f} GB/s (R^2 "
           f"{link['r2']:.3f}); fitted to {', '.join(fit['placers'])}: the sender's processor spends "
@@ -274,9 +273,9 @@ def cmd_calibrate(args) -> None:
 
 
 def cmd_validate(args) -> None:
-    import json
     from pathlib import Path
 
+    from trinity.fileio import write_json
     from trinity.placement import Strategy
     from trinity.plots import plot_sim_vs_real
     from trinity.runtime.validate import Candidate, candidate_strategies, error_summary, validate
@@ -306,7 +305,7 @@ def cmd_validate(args) -> None:
         table = validate(cg, gd, workers, cluster, candidates, out_dir=out, rounds=args.rounds, steps=args.steps,
                          warmup=args.warmup, timeout_s=args.timeout, progress=sys.stderr.isatty())
     summary = error_summary(table)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_json(out / "summary.json", summary)
     tracker = None
     if not args.no_mlflow:
         from trinity.track import MLflowTracker

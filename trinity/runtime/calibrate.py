@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -62,6 +63,22 @@ class LinkFit:
     def to_dict(self) -> dict:
         return {"latency_us": self.latency_us, "bandwidth_GBps": self.bandwidth_GBps, "sizes": self.sizes,
                 "round_trip_extra_us": self.extra_us, "r2": self.r2}
+
+
+@contextmanager
+def _worker_session(workers: Workers, graph, timeout_s: float, what: str):
+    """(session on ``workers``, run options), every op and run bounded by ``timeout_s``; a timeout
+    or a lost worker becomes a WorkerError naming the dead worker, or else ``what``."""
+    import tensorflow as tf
+
+    config = tf.compat.v1.ConfigProto(isolate_session_state=True, operation_timeout_in_ms=int(timeout_s * 1000))
+    options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
+    with tf.compat.v1.Session(workers.target, graph=graph, config=config) as sess:
+        try:
+            yield sess, options
+        except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.AbortedError) as exc:
+            workers.check()
+            raise WorkerError(f"{what} failed: {str(exc).splitlines()[0]}", field="workers") from None
 
 
 def fit_link(sizes, extra_us) -> LinkFit:
@@ -100,25 +117,19 @@ def measure_link(workers: Workers, sizes=DEFAULT_SIZES, repeats: int = 20, *, sr
                     legs.append(tf.identity(total))
             pairs.append(legs)
         init = tf.compat.v1.global_variables_initializer()
-    config = tf.compat.v1.ConfigProto(isolate_session_state=True, operation_timeout_in_ms=int(timeout_s * 1000))
-    options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
     extra = {s: [] for s in sizes}
-    with tf.compat.v1.Session(workers.target, graph=graph, config=config) as sess:
-        try:
-            sess.run(init, options=options)
-            for local, remote in pairs:  # warm both paths
-                sess.run([local, remote], options=options)
-            for _ in tqdm(range(repeats), desc="link", unit="round", disable=not progress):
-                for size, (local, remote) in zip(sizes, pairs):
-                    t = []
-                    for fetch in (local, remote, remote, local):  # ABBA: drift cancels
-                        t0 = time.perf_counter()
-                        sess.run(fetch, options=options)
-                        t.append(time.perf_counter() - t0)
-                    extra[size].append((t[1] + t[2] - t[0] - t[3]) / 2 * 1e6)
-        except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.AbortedError) as exc:
-            workers.check()
-            raise WorkerError(f"link measurement failed: {str(exc).splitlines()[0]}", field="workers") from None
+    with _worker_session(workers, graph, timeout_s, "link measurement") as (sess, options):
+        sess.run(init, options=options)
+        for local, remote in pairs:  # warm both paths
+            sess.run([local, remote], options=options)
+        for _ in tqdm(range(repeats), desc="link", unit="round", disable=not progress):
+            for size, (local, remote) in zip(sizes, pairs):
+                t = []
+                for fetch in (local, remote, remote, local):  # ABBA: drift cancels
+                    t0 = time.perf_counter()
+                    sess.run(fetch, options=options)
+                    t.append(time.perf_counter() - t0)
+                extra[size].append((t[1] + t[2] - t[0] - t[3]) / 2 * 1e6)
     return fit_link(sizes, [statistics.median(extra[s]) for s in sizes])
 
 
@@ -154,25 +165,18 @@ def measure_send_cpu_share(workers: Workers, link: LinkFit, *, size: int = 8_388
                 sends.append(tf.identity(total))
         send = tf.add_n(sends)
         init = tf.compat.v1.global_variables_initializer()
-    config = tf.compat.v1.ConfigProto(isolate_session_state=True, operation_timeout_in_ms=int(timeout_s * 1000))
-    options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
     times = {"compute": [], "send": [], "both": []}
     fetches = {"compute": compute, "send": send, "both": [compute, send]}
-    with tf.compat.v1.Session(workers.target, graph=graph, config=config) as sess:
-        try:
-            sess.run(init, options=options)
-            for f in fetches.values():
-                sess.run(f, options=options)
-            for r in tqdm(range(repeats), desc="send CPU share", unit="round", disable=not progress):
-                order = ["compute", "send", "both"]
-                for key in (order if r % 2 == 0 else order[::-1]):
-                    t0 = time.perf_counter()
-                    sess.run(fetches[key], options=options)
-                    times[key].append((time.perf_counter() - t0) * 1e6)
-        except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.AbortedError) as exc:
-            workers.check()
-            raise WorkerError(f"send CPU share measurement failed: {str(exc).splitlines()[0]}",
-                              field="workers") from None
+    with _worker_session(workers, graph, timeout_s, "send CPU share measurement") as (sess, options):
+        sess.run(init, options=options)
+        for f in fetches.values():
+            sess.run(f, options=options)
+        for r in tqdm(range(repeats), desc="send CPU share", unit="round", disable=not progress):
+            order = ["compute", "send", "both"]
+            for key in (order if r % 2 == 0 else order[::-1]):
+                t0 = time.perf_counter()
+                sess.run(fetches[key], options=options)
+                times[key].append((time.perf_counter() - t0) * 1e6)
     med = {k: float(statistics.median(v)) for k, v in times.items()}
     wire = transfers * link.predict_us(size)
     share = float(np.clip((med["both"] - med["compute"]) / wire, 0.0, 1.0))
