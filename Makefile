@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all repro bench bench-export search-table validate clean
+.PHONY: install test test-all params repro bench bench-export search-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,13 +21,16 @@ test: $(STAMP)  ## fast suite (slow end-to-end runs are skipped; see test-all)
 test-all: $(STAMP)
 	$(PY) -m pytest -q --runslow
 
-repro: $(STAMP)  ## the main job: every placer on the reference GNMT graph, 2 and 4 P100s
-	mkdir -p reports
-	$(VENV)/bin/trinity compare $(REFERENCE_GNMT) --cluster p100x2 p100x4 --csv reports/placers_gnmt_reference.csv \
-		--plot reports/placers_gnmt_reference.png
-	$(VENV)/bin/trinity place $(REFERENCE_GNMT) --cluster p100x4 --placer m-sct --out reports/m-sct_p100x4.json
-	$(VENV)/bin/trinity simulate $(REFERENCE_GNMT) reports/m-sct_p100x4.json --cluster p100x4 \
-		--gantt reports/m-sct_p100x4_gantt.png
+# The pipeline (dvc.yaml): compose conf/ for $(EXPERIMENT) into params.yaml, then `dvc repro` under
+# one MLflow parent run. EXPERIMENT=smoke (CI, minutes), default (~45 min), paper (hours).
+EXPERIMENT ?= default
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+params: $(STAMP)  ## compose conf/ into params.yaml (dvc repro does not recompose)
+	$(PY) -m trinity.stages.params experiment=$(EXPERIMENT)
+
+repro: params  ## the main job: the default pipeline end to end (reports/, mlflow.db)
+	$(PY) -m trinity.stages.tracked -- dvc repro
 
 bench: $(STAMP)  ## benchmark figures (ratios measured in the same run); exports models into data/ first
 	$(PY) benchmarks/bench_export.py --out data

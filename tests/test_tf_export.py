@@ -5,7 +5,7 @@ import pytest
 
 from trinity.errors import TrinityError
 from trinity.graph.ir import Edge, Op, OpGraph
-from trinity.graph.tf_export import export_tf, opgraph_from_graphdef, runnable_graph_def
+from trinity.export.tf_graph import export_tf, opgraph_from_graphdef, runnable_graph_def
 from trinity.profile import tf_profile
 from trinity.profile.tf_profile import estimate_memory_bytes, map_trace_name, profile_tf
 

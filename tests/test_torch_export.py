@@ -10,7 +10,7 @@ from torch import nn
 
 from trinity.errors import TrinityError
 from trinity.graph.ir import OpGraph
-from trinity.graph.torch_export import export_torch, export_torch_model
+from trinity.export.torch_graph import export_torch, export_torch_model
 from trinity.profile.torch_profile import profile_torch
 
 

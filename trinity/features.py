@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trinity.errors import FormatError
 from trinity.fileio import atomic_write_bytes
 from trinity.graph.ir import OpGraph
 
@@ -86,6 +87,29 @@ class OpFeatures:
     def vocabulary_size(self) -> int:
         return len(VOCABULARY) + 1
 
+    def save(self, path: str | os.PathLike, graph: OpGraph) -> None:
+        """Write to ``.npz`` with the digest of the graph they describe (atomic)."""
+        buf = io.BytesIO()
+        np.savez(buf, type_ids=self.type_ids, numeric=self.numeric, graph_digest=np.array(graph.digest()),
+                 version=np.array(FEATURES_VERSION))
+        atomic_write_bytes(path, buf.getvalue())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, graph: OpGraph) -> "OpFeatures":
+        """Read features written by `save`, refusing ones made for another graph or feature version."""
+        try:
+            with np.load(path) as f:
+                feats, digest, version = cls(f["type_ids"], f["numeric"]), str(f["graph_digest"]), int(f["version"])
+        except FileNotFoundError:
+            raise FormatError("file not found", source=str(path)) from None
+        except Exception as exc:  # truncated, not an npz, missing arrays
+            raise FormatError(f"not a features file ({type(exc).__name__}: {str(exc)[:120]})",
+                              source=str(path)) from None
+        if digest != graph.digest() or version != FEATURES_VERSION or len(feats.type_ids) != graph.n_ops:
+            raise FormatError(f"made for another graph or feature version (graph {digest}, version {version}); "
+                              "run the embed stage again", source=str(path), field="graph_digest")
+        return feats
+
 
 def zscore(x: np.ndarray) -> np.ndarray:
     centred = x - x.mean()
@@ -120,8 +144,11 @@ def _stable_hash(text: str) -> int:
 
 
 def op_features(graph: OpGraph, *, embedding_dim: int = 16, seed: int = 0,
-                cache_dir: str | os.PathLike | None = None) -> OpFeatures:
+                cache_dir: str | os.PathLike | None = None, walk_length: int = 20, num_walks: int = 5,
+                window: int = 5) -> OpFeatures:
     settings = [graph.digest(), _cost_digest(graph), embedding_dim, seed, FEATURES_VERSION]
+    if (walk_length, num_walks, window) != (20, 5, 5):  # keeps the keys of caches made before these existed
+        settings.append([walk_length, num_walks, window])
     key = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:20]
     path = Path(cache_dir) / f"features-{key}.npz" if cache_dir else None
     if path is not None and path.exists():
@@ -133,7 +160,8 @@ def op_features(graph: OpGraph, *, embedding_dim: int = 16, seed: int = 0,
     rank[graph.topological_order()] = np.arange(graph.n_ops)
     numeric = np.column_stack([zscore(np.log1p(times)), zscore(np.log1p(outputs)), zscore(rank)]).astype(np.float32)
     if embedding_dim > 0:
-        numeric = np.hstack([numeric, structural_embedding(graph, embedding_dim, seed)])
+        numeric = np.hstack([numeric, structural_embedding(graph, embedding_dim, seed, walk_length=walk_length,
+                                                           num_walks=num_walks, window=window)])
     feats = OpFeatures(np.array([type_id(op.type) for op in graph.ops], np.int64), numeric)
     if path is not None:
         buf = io.BytesIO()

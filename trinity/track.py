@@ -12,6 +12,44 @@ import time
 from typing import Any
 
 DEFAULT_URI = "sqlite:///mlflow.db"
+#: a pipeline run or a Hydra multirun puts its parent run's id here; each job's run nests under it
+PARENT_ENV = "TRINITY_PARENT_RUN_ID"
+
+
+def tracking_uri(uri: str | None = None) -> str:
+    """``uri``, else $MLFLOW_TRACKING_URI, else the local SQLite store."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+def open_store(uri: str | None = None, timeout_s: float = 5.0) -> str:
+    """Check the store answers before any work starts: a server that is down is one clear line,
+    not minutes of retries; a SQLite store is created here, once (parallel jobs racing to create
+    it fail)."""
+    from trinity.errors import TrinityError
+
+    uri = tracking_uri(uri)
+    if uri.startswith(("http://", "https://")):
+        import urllib.error
+        import urllib.request
+
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s).read()
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise TrinityError(f"MLflow tracking server {uri} is not reachable ({reason}); start it, or unset "
+                               f"MLFLOW_TRACKING_URI to log to {DEFAULT_URI}", field="MLFLOW_TRACKING_URI") from None
+    else:
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    return uri
+
+
+def end_status(exc: BaseException | None) -> str:
+    """MLflow's status for a run that ended with ``exc`` (None: it finished)."""
+    if exc is None:
+        return "FINISHED"
+    return "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
 
 
 class NullTracker:
@@ -23,7 +61,10 @@ class NullTracker:
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         pass
 
-    def log_artifact(self, path: str | os.PathLike) -> None:
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        pass
+
+    def log_table(self, table, artifact_file: str) -> None:
         pass
 
     def flush(self) -> None:
@@ -37,15 +78,18 @@ class MLflowTracker(NullTracker):
     """One MLflow run; ``run_id`` resumes an earlier run (a restarted search logs into the same run)."""
 
     def __init__(self, experiment: str = "trinity", run_name: str | None = None, *, uri: str | None = None,
-                 run_id: str | None = None, parent_run_id: str | None = None, flush_every: int = 25):
+                 run_id: str | None = None, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
+                 flush_every: int = 25):
         from mlflow.tracking import MlflowClient
 
-        self.client = MlflowClient(tracking_uri=uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI)
+        self.client = MlflowClient(tracking_uri=tracking_uri(uri))
+        tags = {**(tags or {}), **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})}
         if run_id is None:
             exp = self.client.get_experiment_by_name(experiment)
             exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
-            tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
             run_id = self.client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+        else:  # a resumed run is running again
+            self.client.update_run(run_id, status="RUNNING")
         self.run_id = run_id
         self.flush_every = flush_every
         self._buffer: list = []
@@ -71,8 +115,12 @@ class MLflowTracker(NullTracker):
             self.client.log_batch(self.run_id, metrics=self._buffer[i:i + 1000])
         self._buffer = []
 
-    def log_artifact(self, path: str | os.PathLike) -> None:
-        self.client.log_artifact(self.run_id, str(path))
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def log_table(self, table, artifact_file: str) -> None:
+        """A pandas table as an MLflow table artifact (shown in the UI's artifact view)."""
+        self.client.log_table(self.run_id, data=table, artifact_file=artifact_file)
 
     def close(self, status: str = "FINISHED") -> None:
         self.flush()

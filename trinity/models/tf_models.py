@@ -5,7 +5,7 @@ random inputs (so the step runs without feeds), forward, loss, gradients,
 optimizer update and batch-norm moving-average updates, grouped into one
 train op. Models are built as Keras functional models and then called on the
 in-graph inputs with ``training=True``; the symbolic build leaves dead ops
-(a Placeholder input, learning-phase conditionals) that `trinity.graph.tf_export`
+(a Placeholder input, learning-phase conditionals) that `trinity.export.tf_graph`
 prunes away.
 
 Simplifications, all options of the builders:

@@ -1,6 +1,6 @@
 """Per-op profiling of a TensorFlow training step on this machine.
 
-`profile_tf` imports the GraphDef that `trinity.graph.tf_export.export_tf`
+`profile_tf` imports the GraphDef that `trinity.export.tf_graph.export_tf`
 returned, initialises it, runs warm-up steps, then alternates untraced steps
 (timed as a whole: FULL_TRACE slows a step down) with traced ones
 (``RunOptions(trace_level=FULL_TRACE)``) and reads per-node times, output

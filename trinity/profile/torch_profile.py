@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from trinity.errors import TrinityError
 from trinity.graph.ir import OpGraph
-from trinity.graph.torch_export import build_torch_model, op_nodes, op_type, trace_training_step
+from trinity.export.torch_graph import build_torch_model, op_nodes, op_type, trace_training_step
 
 
 class _Timer(fx.Interpreter):

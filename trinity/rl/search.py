@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from trinity.cluster import Cluster
 from trinity.errors import TrinityError
-from trinity.features import op_features
+from trinity.features import OpFeatures, op_features
 from trinity.fileio import atomic_write_bytes
 from trinity.graph.ir import OpGraph
 from trinity.placement import Strategy as StrategyFile
@@ -120,7 +120,8 @@ class Search:
     """One search of one graph on one cluster, writing into ``out_dir``."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, cfg: SearchConfig, out_dir: str | Path, *,
-                 tracker=None, feature_cache: str | Path | None = None, fresh: bool = False, progress: bool = True):
+                 tracker=None, feature_cache: str | Path | None = None, features: OpFeatures | None = None,
+                 fresh: bool = False, progress: bool = True):
         self.graph, self.cluster, self.cfg = graph, cluster, cfg
         self.out_dir = Path(out_dir)
         self.tracker = tracker or NullTracker()
@@ -133,7 +134,8 @@ class Search:
             cfg.lr = cfg.warm_start_fine_tune_lr if cfg.warm_start else 1e-3
         self._check_inputs()
         torch.set_num_threads(cfg.threads)
-        feats = op_features(graph, embedding_dim=cfg.embedding_dim, seed=cfg.seed, cache_dir=feature_cache)
+        # features from the pipeline's embed stage, or computed here (cached in ``feature_cache``)
+        feats = features or op_features(graph, embedding_dim=cfg.embedding_dim, seed=cfg.seed, cache_dir=feature_cache)
         self.units = UnitGraph(graph, feats)
         # Initialisation and dropout draw from torch's global generator; this search keeps its own
         # state of it (see _own_rng), so other code, or another search, cannot shift its stream.

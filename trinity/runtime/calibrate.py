@@ -284,3 +284,29 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
     doc["calibration"]["transfer_fit"] = {"placers": list(fit_set), "latency_scale": scale,
                                           "median_error": round(fit_error, 4)}
     return cluster, doc, costed, report
+
+
+def calibration_for(graph: OpGraph, graph_def: bytes, workers: Workers, folder, *, reuse: bool = True,
+                    steps: int = 10, progress: bool = True) -> tuple[Cluster, OpGraph, dict | None]:
+    """The calibrated (cluster, graph) for these workers, read from ``folder`` when ``reuse`` and it
+    holds one for this graph and worker count, else measured and written there (cluster.yaml,
+    graph.json.gz, calibration.json). The report is None when reused."""
+    from pathlib import Path
+
+    from trinity.cluster import load_cluster
+    from trinity.fileio import write_json, write_yaml
+    from trinity.graph import load_graph, save_graph
+
+    folder = Path(folder)
+    cluster_file, graph_file = folder / "cluster.yaml", folder / "graph.json.gz"
+    if reuse and cluster_file.exists() and graph_file.exists():
+        cg, cluster = load_graph(graph_file), load_cluster(cluster_file)
+        if cg.digest() != graph.digest() or cluster.n_devices != workers.n:
+            raise TrinityError(f"calibration in {folder} is for another graph or worker count; use "
+                               "--recalibrate or another --calibration folder", field="calibration")
+        return cluster, cg, None
+    cluster, doc, cg, report = calibrate(graph, graph_def, workers, steps=steps, progress=progress)
+    write_yaml(cluster_file, doc)
+    save_graph(cg, graph_file)
+    write_json(folder / "calibration.json", report)
+    return cluster, cg, report

@@ -44,14 +44,14 @@ def read_graph_def(path: str | os.PathLike, graph: OpGraph) -> bytes:
 def export_model(name: str, out: str | os.PathLike, batch_size: int | None = None, **options) -> OpGraph:
     spec = model_spec(name)
     if spec.framework == "tensorflow":
-        from trinity.graph.tf_export import export_tf
+        from trinity.export.tf_graph import export_tf
 
         graph, graph_def = export_tf(name, batch_size, **options)
         pb = graphdef_path(out)
         graph = _with_meta(graph, graphdef=pb.name)
         atomic_write_bytes(pb, graph_def)
     else:
-        from trinity.graph.torch_export import export_torch_model
+        from trinity.export.torch_graph import export_torch_model
 
         graph = export_torch_model(name, batch_size, **options)
     save_graph(graph, out)

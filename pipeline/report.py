@@ -1,0 +1,25 @@
+"""Stage `report`: the paper's tables and figures from every search and validation, into reports/,
+
+DVC runs it on params.yaml (see dvc.yaml); by hand: `python pipeline/report.py job.model=... [key=value ...]`.
+"""
+
+import os
+import sys
+
+# Python puts this folder first on the path, where pipeline/profile.py would shadow the standard library's.
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from trinity.stages import main  # noqa: E402
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def report(cfg: DictConfig) -> None:
+    main("report", cfg)
+
+
+if __name__ == "__main__":
+    report()

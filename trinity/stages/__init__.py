@@ -1,0 +1,77 @@
+"""The pipeline's stages, as library code: export -> profile -> embed -> search -> validate -> report.
+
+`pipeline/<stage>.py` is a thin Hydra entry point that calls `main(stage, cfg)`.
+Each stage module has ``run(cfg, job, tracker)`` (and may have
+``resume_run_id(cfg, job)``, the MLflow run an interrupted job logged to).
+`main` gives every job one MLflow run, nested under the pipeline's or the
+multirun's parent run, with the job's config as params, and ends it FINISHED,
+FAILED or KILLED however the job ends; user errors are one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+
+from omegaconf import DictConfig
+
+from trinity.errors import TrinityError
+from trinity.stages import config
+from trinity.track import PARENT_ENV, MLflowTracker, end_status, open_store
+
+STAGES = ("export", "profile", "embed", "search", "validate", "report")
+
+
+def experiment_name(cfg: DictConfig) -> str:
+    return cfg.mlflow.experiment or f"trinity-{cfg.run.name}"
+
+
+def run_name(stage: str, job: config.Job) -> str:
+    if stage == "search":
+        return f"search/{job.case}"
+    return stage if stage == "report" else f"{stage}/{job.model}"
+
+
+def _sigterm_as_interrupt(*_):
+    raise KeyboardInterrupt  # DVC, a launcher or `kill` stops a job: end its run as KILLED
+
+
+def main(stage: str, cfg: DictConfig) -> None:
+    """Run one job of ``stage``; exit 2 with one line on bad input (raise instead inside a multirun)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    multirun = HydraConfig.initialized() and str(HydraConfig.get().mode) == "RunMode.MULTIRUN"
+    try:
+        run_job(stage, cfg)
+    except TrinityError as exc:
+        print(f"trinity {stage}: error: {exc}", file=sys.stderr)
+        if multirun:
+            raise
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print(f"trinity {stage}: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+def run_job(stage: str, cfg: DictConfig) -> None:
+    module = importlib.import_module(f"trinity.stages.{stage}")
+    job = config.job(cfg)
+    uri = open_store(cfg.mlflow.uri)
+    resume = getattr(module, "resume_run_id", None)
+    tracker = MLflowTracker(experiment_name(cfg), run_name(stage, job), uri=uri,
+                            run_id=resume(cfg, job) if resume else None,
+                            parent_run_id=os.environ.get(PARENT_ENV) or None,
+                            tags={"trinity.stage": stage, "trinity.run": str(cfg.run.name)})
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    error: BaseException | None = None
+    try:
+        tracker.log_params(config.flat_params(cfg, job, stage))
+        module.run(cfg, job, tracker)
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        tracker.close(end_status(error))

@@ -1,0 +1,163 @@
+"""The pipeline's composed configuration, read and checked.
+
+`conf/` (Hydra) composes into one catalogue (every model, cluster and
+method) plus `run` (what the pipeline runs) and `job` (what one stage
+invocation runs); see conf/config.yaml. This module turns it into the
+library's typed objects: hyperparameters are merged over the library's own
+dataclasses (OmegaConf structured configs), so a misspelt key or a wrong
+type is one line naming the key, not a surprise mid-search.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from trinity.cluster import Cluster, cluster_from_dict
+from trinity.errors import TrinityError
+from trinity.reward import MDPEConfig
+from trinity.rl.search import SearchConfig
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # the checkout's conf/ (stages run from a checkout)
+PARAMS_FILE = "params.yaml"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work of a stage: a model (and for search, a cluster, method and seed)."""
+
+    model: str
+    cluster: str
+    method: str
+    seed: int
+
+    @property
+    def case(self) -> str:
+        return f"{self.model}-{self.cluster}-{self.method}-s{self.seed}"
+
+
+def compose(overrides: list[str] = (), config_dir: str | Path = CONF_DIR) -> DictConfig:
+    """conf/ composed with Hydra overrides (``experiment=smoke``, ``methods.trinity.search.lr=1e-3``)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+
+    try:
+        with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
+            return hydra_compose("config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as exc:  # a typo names the valid choices
+        raise TrinityError(" ".join(str(exc).split()), source=str(config_dir)) from None
+
+
+def write_params(cfg: DictConfig, path: str | os.PathLike = PARAMS_FILE) -> None:
+    """Write the composed configuration (interpolations resolved) where DVC reads parameters."""
+    from trinity.fileio import atomic_write_bytes
+
+    doc = OmegaConf.to_container(cfg, resolve=True)
+    doc.pop("hydra", None)
+    header = "# Composed from conf/ by `make params` (or `dvc exp run`): edit conf/, not this file.\n"
+    atomic_write_bytes(path, (header + OmegaConf.to_yaml(OmegaConf.create(doc))).encode())
+
+
+def job(cfg: DictConfig) -> Job:
+    j = cfg.job
+    for key, table in (("model", "models"), ("cluster", "clusters"), ("method", "methods")):
+        if j[key] not in cfg[table]:
+            raise TrinityError(f"unknown {key} {j[key]!r}; choose one of {', '.join(cfg[table])}",
+                               field=f"job.{key}")
+    return Job(str(j.model), str(j.cluster), str(j.method), int(j.seed))
+
+
+def cluster(cfg: DictConfig, name: str) -> Cluster:
+    return cluster_from_dict(OmegaConf.to_container(cfg.clusters[name], resolve=True), f"clusters.{name}")
+
+
+def typed(schema: type, *nodes: Any, where: str):
+    """``nodes`` merged over the dataclass ``schema``: wrong types and unknown keys are user errors."""
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), *nodes))
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        msg = str(exc).splitlines()[0]
+        raise TrinityError(msg, field=f"{where}.{key}" if key else where) from None
+    except (ValueError, TypeError) as exc:  # the dataclass's own checks (__post_init__)
+        raise TrinityError(str(exc), field=where) from None
+
+
+def reward(cfg: DictConfig) -> MDPEConfig:
+    return typed(MDPEConfig, cfg.reward, where="reward")
+
+
+def search_config(cfg: DictConfig, method: str, seed: int) -> SearchConfig:
+    node = cfg.methods[method]
+    if node.kind != "search":
+        raise TrinityError(f"method {method!r} is a placer, not a search", field=f"methods.{method}.kind")
+    sc = typed(SearchConfig, node.search, {"seed": seed}, where=f"methods.{method}.search")
+    sc.reward = reward(cfg)  # frozen dataclass: OmegaConf cannot merge into it
+    sc.policy.partition_hidden = tuple(sc.policy.partition_hidden)
+    return sc
+
+
+def flat_params(cfg: DictConfig, j: Job, stage: str) -> dict[str, Any]:
+    """The config one job used, flattened to ``a.b.c`` keys for MLflow params."""
+    sections: dict[str, Any] = {"job": OmegaConf.to_container(cfg.job), "run": {"name": cfg.run.name}}
+    sections["model"] = OmegaConf.to_container(cfg.models[j.model], resolve=True)
+    if stage in ("profile",):
+        sections["profile"] = OmegaConf.to_container(cfg.profile)
+    if stage in ("embed", "search"):
+        sections["embedding"] = OmegaConf.to_container(cfg.embedding)
+    if stage == "search":
+        sections["cluster"] = {"name": j.cluster, "devices": len(cfg.clusters[j.cluster].devices)}
+        sections["method"] = OmegaConf.to_container(cfg.methods[j.method])
+        sections["reward"] = OmegaConf.to_container(cfg.reward)
+    if stage == "validate":
+        sections["validation"] = OmegaConf.to_container(cfg.validation)
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = value
+
+    walk("", sections)
+    return out
+
+
+# ---------------------------------------------------------------- where each stage writes
+def graph_file(cfg: DictConfig, model: str) -> Path:
+    return Path(cfg.paths.data) / model / "export" / "graph.json.gz"
+
+
+def profiled_file(cfg: DictConfig, model: str) -> Path:
+    return Path(cfg.paths.data) / model / "profile" / "graph.json.gz"
+
+
+def features_file(cfg: DictConfig, model: str) -> Path:
+    return Path(cfg.paths.data) / model / "embed" / "features.npz"
+
+
+def search_dir(cfg: DictConfig, j: Job) -> Path:
+    return Path(cfg.paths.results) / "search" / j.model / f"{j.cluster}-{j.method}-s{j.seed}"
+
+
+def search_metrics_file(cfg: DictConfig, j: Job) -> Path:
+    """Beside the job's folder (DVC cannot take a file inside an output folder as metrics)."""
+    return search_dir(cfg, j).with_name(search_dir(cfg, j).name + ".metrics.json")
+
+
+def validate_dir(cfg: DictConfig, model: str) -> Path:
+    return Path(cfg.paths.results) / "validate" / model
+
+
+def require(path: Path, stage: str, item: str) -> Path:
+    """``path``, or an error saying which stage makes it."""
+    if not path.exists():
+        raise TrinityError(f"missing; run the {stage} stage first (dvc repro {stage}@{item})", source=str(path))
+    return path
