@@ -252,3 +252,20 @@ def test_search_table_plot(tmp_path):
                           "step_time_ms": [10.0, 7.0, 6.5, 3.0, 2.0]})
     plot_search_table(table, tmp_path / "table.png", title="t")
     assert (tmp_path / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resuming_under_other_settings_is_refused_naming_them(tmp_path):
+    g = two_chains()
+    cfg = dict(method="trinity", iterations=2, batch=2, num_groups=4, lr=0.01, embedding_dim=4, checkpoint_every=1,
+               policy=TINY)
+    Search(g, cluster(), SearchConfig(**cfg), tmp_path, progress=False).run()
+    # more iterations (or other threads, checkpoint cadence) resume
+    assert Search(g, cluster(), SearchConfig(**{**cfg, "iterations": 3}), tmp_path, progress=False).iteration == 2
+    with pytest.raises(TrinityError, match=r"other settings \(lr: 0\.01 then, 0\.02 now\)") as err:
+        Search(g, cluster(), SearchConfig(**{**cfg, "lr": 0.02}), tmp_path, progress=False)
+    assert err.value.field == "lr"
+    bigger = PolicyConfig(**{**TINY.__dict__, "lstm_hidden": 16})
+    with pytest.raises(TrinityError, match="policy.lstm_hidden: 32 then, 16 now"):
+        Search(g, cluster(), SearchConfig(**{**cfg, "policy": bigger}), tmp_path, progress=False)
+    with pytest.raises(TrinityError, match="cluster: "):
+        Search(g, cluster(memory_GB=2.0), SearchConfig(**cfg), tmp_path, progress=False)

@@ -25,7 +25,9 @@ uninterrupted one does.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import random
 import signal
 import threading
@@ -383,7 +385,7 @@ class Search:
             "numpy_rng": np.random.get_state(), "python_rng": random.getstate(),
             "baseline": self.baseline.value, "best": asdict(self.best), "history": self.history,
             "seconds": self.seconds, "run_id": self.tracker.run_id, "config": asdict(self.cfg),
-            "graph_digest": self.graph.digest(), "cluster": self.cluster.name,
+            "graph_digest": self.graph.digest(), "cluster": self.cluster.name, "shaping": self._shaping(),
             "warm_start": {"placer": self.warm_start_placer, "agreement": self.warm_start_agreement},
             "next_batch": None if ahead is None else {
                 "groups": ahead.strategy.groups, "devices": ahead.strategy.devices,
@@ -393,6 +395,32 @@ class Search:
         torch.save(state, buf)
         atomic_write_bytes(self.checkpoint_path, buf.getvalue())
 
+    #: settings a search may change when resumed: they do not shape its state
+    RESUMABLE_CHANGES = ("iterations", "checkpoint_every", "threads")
+
+    def _shaping(self) -> dict:
+        """Everything that shapes the search's state, flattened: a resume must match it."""
+        c = self.cluster
+        h = hashlib.sha256(json.dumps([c.device_names, [d.kind for d in c.devices], c.send_cpu_share]).encode())
+        for a in (c.bandwidth, c.latency, c.memory, np.array([d.speed for d in c.devices])):
+            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+        flat = {"cluster": h.hexdigest()[:16]}  # devices, links, memory, speeds (a digest: 1,024 devices are 1M links)
+        for key, value in asdict(self.cfg).items():
+            if key in self.RESUMABLE_CHANGES:
+                continue
+            items = value.items() if isinstance(value, dict) else [("", value)]
+            flat.update({f"{key}.{k}" if k else key: v for k, v in items})
+        return flat
+
+    def _check_shaping(self, saved: dict, source: str) -> None:
+        now = self._shaping()
+        differ = [k for k in sorted(set(saved) | set(now)) if _normal(saved.get(k)) != _normal(now.get(k))]
+        if differ:
+            shown = "; ".join(f"{k}: {saved.get(k)!r} then, {now.get(k)!r} now" for k in differ[:4])
+            more = f" (and {len(differ) - 4} more)" if len(differ) > 4 else ""
+            raise TrinityError(f"was made with other settings ({shown}{more}); resume with the same ones, or "
+                               "use --fresh or another output folder", source=source, field=differ[0])
+
     def _load_checkpoint(self) -> None:
         path = self.checkpoint_path
         try:
@@ -400,6 +428,7 @@ class Search:
             if state["graph_digest"] != self.graph.digest() or state["cluster"] != self.cluster.name:
                 raise TrinityError(f"belongs to another search ({state['cluster']}, graph {state['graph_digest']}); "
                                    "use another output folder or --fresh", source=str(path))
+            self._check_shaping(state.get("shaping") or {}, str(path))
             self.policy.load_state_dict(state["policy"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.generator.set_state(state["generator"])
@@ -421,6 +450,11 @@ class Search:
         ahead = state.get("next_batch")
         if ahead is not None:  # simulation is deterministic: re-simulating gives the same results
             self._next = self._simulated(Strategy(ahead["groups"], ahead["devices"], ahead["logp"]), ahead["noise"])
+
+
+def _normal(value):
+    """Values as a checkpoint stores them and as configs give them compare equal (tuples, lists)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 @contextmanager

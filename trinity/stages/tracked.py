@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in (PARAMS_FILE, "dvc.lock"):
         if Path(path).exists():
             tracker.log_artifact(path)
-    tracker.close("FINISHED" if code == 0 else "KILLED" if code in (130, -2, -15, 143) else "FAILED")
+    code = 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
+    tracker.close("FINISHED" if code == 0 else "KILLED" if code in (130, 143) else "FAILED")
     return code
 
 

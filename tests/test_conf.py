@@ -1,0 +1,97 @@
+"""conf/ composes for every experiment and every job, into the library's typed objects."""
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from trinity.cluster import load_cluster
+from trinity.errors import TrinityError
+from trinity.models import known_models
+from trinity.rl.search import SearchConfig
+from trinity.stages import config
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes_and_every_job_is_typed(experiment):
+    cfg = config.compose([f"experiment={experiment}"])
+    assert cfg.run.name == experiment
+    for model in cfg.run.models:
+        assert cfg.models[model].name in known_models() or cfg.models[model].source
+    for cluster in cfg.run.clusters:
+        assert config.cluster(cfg, cluster).n_devices == len(cfg.clusters[cluster].devices)
+    for method in cfg.run.methods:
+        if cfg.methods[method].kind == "search":
+            sc = config.search_config(cfg, method, seed=3)
+            assert isinstance(sc, SearchConfig) and sc.seed == 3 and sc.method == method
+            assert sc.reward == config.reward(cfg)
+    assert set(cfg.run.validate) <= set(cfg.run.models)
+
+
+def test_experiments_differ_where_they_should():
+    smoke, default, paper = (config.compose([f"experiment={e}"]) for e in ("smoke", "default", "paper"))
+    assert smoke.methods.trinity.search.iterations < default.methods.trinity.search.iterations
+    assert paper.methods.trinity.search.iterations == 1000  # the paper's budget
+    assert set(paper.run.models) == {"inception_v3", "nasnet_large", "pnasnet_large", "nmt_2layer", "gnmt"}
+    assert set(paper.run.clusters) == {"p100x2", "p100x4"} and len(paper.run.seeds) >= 3
+    every_method = {p.stem for p in (CONF / "method").glob("*.yaml")}
+    assert set(default.run.methods) == every_method == set(paper.run.methods)
+
+
+@pytest.mark.parametrize("group,table", [("model", "models"), ("method", "methods")])
+def test_every_group_option_is_in_the_catalogue(group, table):
+    cfg = config.compose()
+    assert {p.stem for p in (CONF / group).glob("*.yaml")} == set(cfg[table])
+
+
+def test_clusters_come_from_the_library_presets_alone():
+    """One copy of each preset: conf/ composes trinity/conf/cluster through Hydra's search path."""
+    assert not (CONF / "cluster").exists()
+    cfg = config.compose()
+    for name in cfg.clusters:
+        assert config.cluster(cfg, name).to_dict() == load_cluster(name).to_dict()
+
+
+def test_a_typo_in_an_override_names_the_valid_choices():
+    with pytest.raises(TrinityError, match="Available options in 'experiment'.*default.*paper.*smoke"):
+        config.compose(["experiment=smok"])
+
+
+def test_a_wrong_type_or_unknown_key_names_the_key():
+    cfg = config.compose(["methods.trinity.search.iterations=many"])
+    with pytest.raises(TrinityError, match=r"methods\.trinity\.search.*iterations"):
+        config.search_config(cfg, "trinity", 0)
+    cfg = config.compose(["+methods.trinity.search.iteratons=5"])
+    with pytest.raises(TrinityError, match="iteratons"):
+        config.search_config(cfg, "trinity", 0)
+    cfg = config.compose(["reward.alpha=-1"])
+    with pytest.raises(TrinityError, match="alpha"):
+        config.reward(cfg)
+
+
+def test_an_unknown_job_names_the_choices():
+    cfg = config.compose(["job.method=trinty"])
+    with pytest.raises(TrinityError, match="unknown method 'trinty'; choose one of .*trinity"):
+        config.job(cfg)
+
+
+def test_params_file_is_the_resolved_composition(tmp_path):
+    cfg = config.compose(["experiment=smoke", "methods.trinity.search.lr=0.01"])
+    config.write_params(cfg, tmp_path / "params.yaml")
+    written = OmegaConf.load(tmp_path / "params.yaml")
+    assert "hydra" not in written and written.run.name == "smoke"
+    assert written.methods.trinity.search.lr == 0.01
+    assert "${" not in OmegaConf.to_yaml(written)  # interpolations resolved
+    assert OmegaConf.to_container(written) == OmegaConf.to_container(cfg, resolve=True) | {}
+
+
+def test_flat_params_name_every_setting_of_a_search_job():
+    cfg = config.compose(["experiment=smoke"])
+    job = config.Job("tiny_cnn", "p100x2", "trinity", 0)
+    flat = config.flat_params(cfg, job, "search")
+    assert flat["method.search.iterations"] == 4 and flat["reward.alpha"] == 0.5
+    assert flat["cluster.devices"] == 2 and flat["job.method"] == cfg.job.method
+    assert flat["embedding.dim"] == 4

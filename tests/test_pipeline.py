@@ -1,0 +1,232 @@
+"""The smoke experiment end to end, as a user runs it: `dvc repro` over every stage in a fresh project
+folder, then what DVC, Hydra and MLflow must show afterwards."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
+ENV.pop("MLFLOW_TRACKING_URI", None)
+ENV.pop("TRINITY_PARENT_RUN_ID", None)
+
+
+def sh(*cmd, cwd, env=None, timeout=900, check=True) -> subprocess.CompletedProcess:
+    res = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env or ENV, capture_output=True, text=True,
+                         timeout=timeout)
+    if check and res.returncode:
+        raise AssertionError(f"{' '.join(map(str, cmd))} exited {res.returncode}:\n{res.stdout[-3000:]}\n"
+                             f"{res.stderr[-3000:]}")
+    return res
+
+
+def make_project(folder: Path) -> Path:
+    """A fresh copy of what a clone holds for the pipeline (no results, no mlflow.db)."""
+    for name in ("conf", "pipeline", "trinity", "notebooks"):
+        if (ROOT / name).exists():
+            shutil.copytree(ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "dvc.yaml", folder / "dvc.yaml")
+    sh(BIN / "dvc", "init", "--no-scm", "-q", cwd=folder)
+    sh(BIN / "dvc", "config", "hydra.enabled", "true", cwd=folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> Path:
+    """The smoke experiment reproduced once, under one MLflow parent run."""
+    project = make_project(tmp_path_factory.mktemp("project"))
+    sh(sys.executable, "-m", "trinity.stages.params", "experiment=smoke", cwd=project)
+    sh(sys.executable, "-m", "trinity.stages.tracked", "--", BIN / "dvc", "repro", cwd=project, timeout=1500)
+    return project
+
+
+def runs(project: Path, experiment: str = "trinity-smoke"):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
+    return mlflow.search_runs(experiment_names=[experiment])
+
+
+def test_smoke_leaves_every_report(smoke):
+    reports = smoke / "reports"
+    for name in ("table3.csv", "table3.md", "table4.csv", "table4.md", "table5.csv", "table5.md", "REPORT.md",
+                 "metrics.json"):
+        assert (reports / name).stat().st_size > 0, name
+    assert list((reports / "figures").glob("*.png"))
+    strategies = list((smoke / "results" / "search" / "tiny_cnn").glob("p100x2-*-s0/strategy.json"))
+    assert len(strategies) == 8  # every method
+    assert (smoke / "results" / "validate" / "tiny_cnn" / "results.csv").exists()
+
+
+def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
+    table = runs(smoke)
+    parent = table[table["tags.trinity.stage"] == "pipeline"]
+    assert len(parent) == 1 and parent["status"].iloc[0] == "FINISHED"
+    children = table[table["tags.mlflow.parentRunId"] == parent["run_id"].iloc[0]]
+    # export, profile, embed, 8 searches, validate, report
+    assert sorted(children["tags.trinity.stage"].value_counts().items()) == [
+        ("embed", 1), ("export", 1), ("profile", 1), ("report", 1), ("search", 8), ("validate", 1)]
+    assert set(children["status"]) == {"FINISHED"}
+    trinity = children[children["tags.mlflow.runName"] == "search/tiny_cnn-p100x2-trinity-s0"]
+    assert trinity["params.method.search.iterations"].iloc[0] == "4"
+    assert trinity["metrics.best/step_time_ms"].iloc[0] > 0
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{smoke / 'mlflow.db'}")
+    curve = client.get_metric_history(trinity["run_id"].iloc[0], "charts/best_step_time_ms")
+    assert [m.step for m in curve] == [0, 1, 2, 3]  # a curve with steps, CleanRL's names
+    validate = children[children["tags.trinity.stage"] == "validate"]["run_id"].iloc[0]
+    assert {a.path for a in client.list_artifacts(validate)} >= {"sim_vs_real.json", "results.csv"}
+
+
+def test_dvc_says_nothing_to_reproduce_and_shows_metrics_and_plots(smoke):
+    status = sh(BIN / "dvc", "status", cwd=smoke)
+    assert "up to date" in status.stdout, status.stdout
+    metrics = sh(BIN / "dvc", "metrics", "show", cwd=smoke)
+    assert "step_time_ms" in metrics.stdout
+    plots = sh(BIN / "dvc", "plots", "show", "-o", "plots_html", cwd=smoke)
+    assert (smoke / "plots_html" / "index.html").exists(), plots.stdout
+
+
+def test_one_changed_search_parameter_reruns_only_what_depends_on_it(smoke):
+    params = yaml.safe_load((smoke / "params.yaml").read_text())
+    params["methods"]["trinity"]["search"]["lr"] = 0.002
+    (smoke / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        changed = sh(BIN / "dvc", "status", "--json", cwd=smoke).stdout
+        import json
+
+        stale = set(json.loads(changed))
+        assert stale == {"search@tiny_cnn-p100x2-trinity-0"}, stale  # validate and report follow its output
+        dry = sh(BIN / "dvc", "repro", "--dry", cwd=smoke).stdout
+        ran = {line.split("'")[1] for line in dry.splitlines() if line.startswith("Running stage")}
+        assert ran == {"search@tiny_cnn-p100x2-trinity-0", "validate@tiny_cnn", "report"}, ran
+    finally:
+        sh(sys.executable, "-m", "trinity.stages.params", "experiment=smoke", cwd=smoke)
+
+
+def test_the_notebook_rebuilds_the_comparison_from_mlflow(smoke):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(smoke / "notebooks" / "analysis.ipynb", as_version=4)
+    out = smoke / "notebook_figure.png"
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{smoke / 'mlflow.db'}", "TRINITY_EXPERIMENT": "trinity-smoke",
+           "TRINITY_NOTEBOOK_OUT": str(out)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(smoke)}}).execute()
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    assert out.stat().st_size > 0
+    text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+                   for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", []))
+    assert "trinity" in text and "m-etf" in text
+
+
+def test_a_multirun_is_one_parent_with_a_child_per_job(smoke):
+    # composed from conf/ (where the parent-run callback is registered), as a user sweeps
+    sh(sys.executable, "pipeline/search.py", "-m", "experiment=smoke", "job.model=tiny_cnn", "job.cluster=p100x2",
+       "job.method=m-etf,trinity", "job.seed=0,1", "paths.results=sweep", "mlflow.experiment=sweep", cwd=smoke,
+       timeout=600)
+    table = runs(smoke, "sweep")
+    parent = table[table["tags.trinity.stage"] == "multirun"]
+    assert len(parent) == 1 and parent["status"].iloc[0] == "FINISHED"
+    children = table[table["tags.mlflow.parentRunId"] == parent["run_id"].iloc[0]]
+    assert sorted(children["tags.mlflow.runName"]) == [
+        "search/tiny_cnn-p100x2-m-etf-s0", "search/tiny_cnn-p100x2-m-etf-s1",
+        "search/tiny_cnn-p100x2-trinity-s0", "search/tiny_cnn-p100x2-trinity-s1"]
+    assert children["metrics.best/step_time_ms"].notna().all() and set(children["status"]) == {"FINISHED"}
+
+
+def _stage(project, stage, *overrides, env=None, check=False):
+    return sh(sys.executable, f"pipeline/{stage}.py", "-cd", ".", "-cn", "params", *overrides, cwd=project,
+              env=env, check=check, timeout=600)
+
+
+def test_a_missing_input_names_the_stage_to_run(smoke, tmp_path):
+    res = _stage(smoke, "embed", "job.model=resnet_small")
+    assert res.returncode == 2
+    assert "data/resnet_small/profile/graph.json.gz: missing; run the profile stage first (dvc repro " \
+           "profile@resnet_small)" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_a_tracking_server_that_is_down_is_one_line(smoke):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here
+    res = _stage(smoke, "search", "job.model=tiny_cnn", "job.cluster=p100x2", "job.method=m-etf",
+                 env={**ENV, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"})
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"MLflow tracking server http://127.0.0.1:{port} is not reachable" in res.stderr
+
+
+def test_a_real_tracking_server_gets_the_runs(smoke, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([BIN / "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                               "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                               "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1"],
+                              cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        import urllib.request
+
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{uri}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        _stage(smoke, "search", "job.model=tiny_cnn", "job.cluster=p100x2", "job.method=m-sct",
+               "paths.results=server_results", env={**ENV, "MLFLOW_TRACKING_URI": uri}, check=True)
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name("trinity-smoke")
+        (run,) = client.search_runs([exp.experiment_id])
+        assert run.info.run_name == "search/tiny_cnn-p100x2-m-sct-s0" and run.info.status == "FINISHED"
+        assert run.data.metrics["best/step_time_ms"] > 0
+        assert "strategy.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_a_killed_search_resumes_from_its_checkpoint_in_the_same_run(smoke):
+    args = ["job.model=tiny_cnn", "job.cluster=p100x2", "job.method=hierarchical", "paths.results=resume",
+            "mlflow.experiment=resume", "methods.hierarchical.search.iterations=400",
+            "methods.hierarchical.search.checkpoint_every=1"]
+    proc = subprocess.Popen([sys.executable, "pipeline/search.py", "-cd", ".", "-cn", "params", *args], cwd=smoke,
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runs_dir = smoke / "runs"
+    deadline = time.time() + 300
+    while not list(runs_dir.glob("tiny_cnn-p100x2-hierarchical-s0-*/checkpoint.pt")) and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)  # what DVC or a scheduler sends
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert not (smoke / "resume" / "search").exists() or not list((smoke / "resume" / "search").rglob("*.json"))
+    killed = runs(smoke, "resume")
+    assert list(killed["status"]) == ["KILLED"]
+    resumed = _stage(smoke, "search", *args, check=True)
+    assert "resuming" in resumed.stdout
+    after = runs(smoke, "resume")
+    assert list(after["run_id"]) == list(killed["run_id"]) and list(after["status"]) == ["FINISHED"]
