@@ -7,6 +7,7 @@ Every user error is printed as one line (``trinity: error: <file>: <field>:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 import numpy as np
@@ -116,7 +117,7 @@ def cmd_compare(args) -> None:
         plot_comparison(table, args.plot, title=f"{g.name}: {g.n_ops} ops")
 
 
-def _options(pairs: list[str] | None) -> dict:
+def _options(pairs: list[str] | None, flag: str = "--option") -> dict:
     """``key=value`` strings to a dict, values parsed as YAML scalars (ints, floats, bools)."""
     import yaml
 
@@ -124,9 +125,26 @@ def _options(pairs: list[str] | None) -> dict:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise TrinityError(f"expected key=value, got {pair!r}", field="--option")
-        options[key] = yaml.safe_load(value)
+            raise TrinityError(f"expected key=value, got {pair!r}", field=flag)
+        try:
+            options[key] = yaml.safe_load(value)
+        except (yaml.YAMLError, ValueError, RecursionError):
+            raise TrinityError(f"cannot read the value of {pair!r}", field=flag) from None
     return options
+
+
+def _speedups(pairs: list[str] | None) -> dict[str, float]:
+    """``KIND=X`` pairs: X must be a finite number > 0."""
+    speedups = {}
+    for kind, value in _options(pairs, "--kind-speedup").items():
+        try:
+            x = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+        except OverflowError:  # an integer of hundreds of digits
+            x = math.inf
+        if not 0 < x < math.inf:
+            raise TrinityError(f"{kind}: must be a finite number > 0, got {str(value)[:40]}", field="--kind-speedup")
+        speedups[kind] = x
+    return speedups
 
 
 def cmd_models(args) -> None:
@@ -159,7 +177,7 @@ def cmd_profile(args) -> None:
     from trinity.export import profile_graph
 
     out = args.out or args.graph
-    speedups = {k: float(v) for k, v in _options(args.kind_speedup).items()}
+    speedups = _speedups(args.kind_speedup)
     g, report = profile_graph(args.graph, out, steps=args.steps, warmup=args.warmup, threads=args.threads,
                               progress=sys.stderr.isatty(), kind_speedups=speedups)
     for k, v in report.items():
@@ -330,6 +348,46 @@ def cmd_validate(args) -> None:
     print(f"results in {out}")
 
 
+# Upper bounds on CLI numbers where a bigger value would only exhaust memory (or processes)
+# before any work is done: a typo, not a request.
+MAX_EXPORT_BATCH = 8192  # the model is traced on a real batch
+MAX_SEARCH_BATCH = 4096  # [batch, units] samples and one simulation each, per iteration
+MAX_HIDDEN = 4096  # LSTM weights grow with the square of this
+MAX_THREADS = 1024
+MAX_WORKERS = 256  # each local worker is a TensorFlow process
+
+
+def _int_in(low: int, high: int | None = None):
+    """An argparse type: an integer in [low, high], else argparse's one-line usage error."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text[:40]!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text[:40]}")
+    return value
+
+
+SEED = _int_in(0, 2**32 - 1)  # numpy and torch refuse negative seeds
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trinity", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -348,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="export a model's training step to an OpGraph")
     p.add_argument("model")
-    p.add_argument("--batch", type=int, help="batch size (default: the model's, as in the paper)")
+    p.add_argument("--batch", type=_int_in(1, MAX_EXPORT_BATCH),
+                   help="batch size (default: the model's, as in the paper)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="model option, repeatable")
     p.add_argument("--out", help="output file (default MODEL.json.gz)")
     p.set_defaults(fn=cmd_export)
@@ -356,9 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profile", help="run an exported graph here and record per-op costs")
     p.add_argument("graph")
     p.add_argument("--out", help="output file (default: update GRAPH in place)")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=_int_in(1), default=10)
+    p.add_argument("--warmup", type=_int_in(0), default=3)
+    p.add_argument("--threads", type=_int_in(1, MAX_THREADS), default=2)
     p.add_argument("--kind-speedup", action="append", metavar="KIND=X",
                    help="also cost ops for device kind KIND, X times faster than this machine (repeatable)")
     p.set_defaults(fn=cmd_profile)
@@ -367,18 +426,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("graph")
     p.add_argument("--cluster", default="p100x4")
     p.add_argument("--method", default="trinity", choices=["trinity", "hierarchical"])
-    p.add_argument("--iterations", type=int, default=1000)
-    p.add_argument("--batch", type=int, default=8, help="strategies sampled per iteration")
-    p.add_argument("--groups", type=int, help="k (default 256; hierarchical: min(256, 20 x devices))")
-    p.add_argument("--lr", type=float, help="Adam's rate (default 1e-3; 1e-4 after --warm-start)")
-    p.add_argument("--hidden", type=int, default=128, help="LSTM units of the schedule network (paper: 256)")
-    p.add_argument("--ppo-epochs", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--iterations", type=_int_in(1), default=1000)
+    p.add_argument("--batch", type=_int_in(1, MAX_SEARCH_BATCH), default=8, help="strategies sampled per iteration")
+    p.add_argument("--groups", type=_int_in(1), help="k (default 256; hierarchical: min(256, 20 x devices))")
+    p.add_argument("--lr", type=_positive_float, help="Adam's rate (default 1e-3; 1e-4 after --warm-start)")
+    p.add_argument("--hidden", type=_int_in(1, MAX_HIDDEN), default=128,
+                   help="LSTM units of the schedule network (paper: 256)")
+    p.add_argument("--ppo-epochs", type=_int_in(1), default=2)
+    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--threads", type=_int_in(1, MAX_THREADS), default=1)
     p.add_argument("--warm-start", help="first imitate this placer's output (e.g. m-etf), or 'best': the best "
                    "placer on this graph and cluster by the search's reward")
-    p.add_argument("--warm-start-steps", type=int, default=1000, help="supervised imitation steps")
-    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--warm-start-steps", type=_int_in(0), default=1000, help="supervised imitation steps")
+    p.add_argument("--checkpoint-every", type=_int_in(1), default=50)
     p.add_argument("--out", help="run folder (default runs/GRAPH-CLUSTER-METHOD-sSEED); a checkpoint there resumes")
     p.add_argument("--fresh", action="store_true", help="discard a checkpoint in the run folder and start over")
     p.add_argument("--experiment", default="trinity-search", help="MLflow experiment")
@@ -393,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("graph")
     p.add_argument("--cluster", default="p100x4", help="preset name or YAML file")
     p.add_argument("--placer", default="m-etf")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--out", help="write the strategy here (JSON)")
     p.set_defaults(fn=cmd_place)
 
@@ -407,10 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     def worker_args(p):
         w = p.add_mutually_exclusive_group()
-        w.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
+        w.add_argument("--workers", type=_int_in(1, MAX_WORKERS), default=2, help="local worker processes (default 2)")
         w.add_argument("--cluster-spec", help="YAML/JSON file naming running workers: worker: [host:port, ...]")
-        p.add_argument("--threads-per-worker", type=int, default=1)
-        p.add_argument("--profile-steps", type=int, default=10, help="traced steps when calibrating")
+        p.add_argument("--threads-per-worker", type=_int_in(1, MAX_THREADS), default=1)
+        p.add_argument("--profile-steps", type=_int_in(1), default=10, help="traced steps when calibrating")
 
     p = sub.add_parser("calibrate", help="measure workers' link and per-op costs; write the simulator's cluster")
     p.add_argument("graph", help="a TensorFlow export (its GraphDef lies beside it)")
@@ -423,14 +483,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("strategy", nargs="*", help="strategy files (device i runs on worker i)")
     worker_args(p)
     p.add_argument("--placers", nargs="*", help="also run these placers' strategies")
-    p.add_argument("--search-samples", type=int, default=0, help="also run N strategies sampled during a search")
+    p.add_argument("--search-samples", type=_int_in(0), default=0, help="also run N strategies sampled during a search")
     p.add_argument("--calibration", help="calibration folder to reuse or fill (default OUT/calibration)")
     p.add_argument("--recalibrate", action="store_true", help="measure again even if --calibration has one")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all strategies")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per strategy per round")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds any one run may take")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=_int_in(1), default=3, help="interleaved rounds over all strategies")
+    p.add_argument("--steps", type=_int_in(1), default=3, help="timed steps per strategy per round")
+    p.add_argument("--warmup", type=_int_in(0), default=2)
+    p.add_argument("--timeout", type=_positive_float, default=300.0, help="seconds any one run may take")
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--out", default="validation", help="output folder (results.csv, sim_vs_real.png)")
     p.add_argument("--experiment", default="trinity-validation", help="MLflow experiment")
     p.add_argument("--mlflow-uri", help="MLflow tracking URI (default sqlite:///mlflow.db)")
@@ -441,7 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("graph")
     p.add_argument("--cluster", nargs="+", default=["p100x2", "p100x4"])
     p.add_argument("--placers", nargs="+", help="default: all")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--csv", help="also write the table as CSV")
     p.add_argument("--plot", help="also draw the table to this image (PNG, SVG, PDF)")
     p.set_defaults(fn=cmd_compare)
@@ -453,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.fn(args)
     except TrinityError as exc:
-        print(f"trinity: error: {exc}", file=sys.stderr)
+        message = " ".join(str(exc).splitlines())  # one line, even if a message quotes a multi-line value
+        print(f"trinity: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("trinity: interrupted", file=sys.stderr)

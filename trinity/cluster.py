@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from trinity.errors import ClusterError, TrinityError
+from trinity.errors import ClusterError, TrinityError, short_repr
 from trinity.fileio import read_yaml
 
 
@@ -90,65 +90,94 @@ class Cluster:
         }
 
 
-def _number(d: Mapping, key: str, where: str, source: str, *, positive: bool, default=None) -> float:
+#: Bounds past which a cluster file is corrupt: D x D link matrices, int64 byte counts.
+MAX_DEVICES = 4096
+MAX_MEMORY_GB = 1e9
+
+
+def _number(d: Any, key: str, where: str, source: str, *, positive: bool, default=None,
+            limit: float = math.inf) -> float:
+    if not isinstance(d, Mapping):
+        raise ClusterError(f"must be a mapping, got {short_repr(d)}", source=source, field=where)
     if key not in d:
         if default is not None:
             return default
         raise ClusterError("missing", source=source, field=f"{where}.{key}")
     v = d[key]
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or math.isnan(v) or math.isinf(v):
-        raise ClusterError(f"must be a finite number, got {v!r}", source=source, field=f"{where}.{key}")
+    try:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    except OverflowError:  # an integer of hundreds of digits
+        ok = False
+    if not ok:
+        raise ClusterError(f"must be a finite number, got {short_repr(v)}", source=source, field=f"{where}.{key}")
     if positive and v <= 0:
         raise ClusterError(f"must be > 0, got {v}", source=source, field=f"{where}.{key}")
     if not positive and v < 0:
         raise ClusterError(f"must be >= 0, got {v}", source=source, field=f"{where}.{key}")
+    if v > limit:
+        raise ClusterError(f"must be at most {limit:g}, got {v}", source=source, field=f"{where}.{key}")
     return float(v)
 
 
-def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
-    if not isinstance(doc, Mapping):
-        raise ClusterError(f"expected a mapping, got {type(doc).__name__}", source=source)
-    raw_devices = doc.get("devices")
-    if not isinstance(raw_devices, list) or not raw_devices:
+def _devices(raw: Any, source: str) -> list[Device]:
+    if not isinstance(raw, list) or not raw:
         raise ClusterError("must be a non-empty list", source=source, field="devices")
-    devices = []
-    for i, d in enumerate(raw_devices):
+    if len(raw) > MAX_DEVICES:
+        raise ClusterError(f"at most {MAX_DEVICES} devices, got {len(raw)}", source=source, field="devices")
+    devices, seen = [], set()
+    for i, d in enumerate(raw):
         w = f"devices[{i}]"
         if not isinstance(d, Mapping) or not isinstance(d.get("name"), str) or not d["name"]:
             raise ClusterError("needs a non-empty string name", source=source, field=f"{w}.name")
-        if any(x.name == d["name"] for x in devices):
+        if d["name"] in seen:
             raise ClusterError(f"duplicate device name {d['name']!r}", source=source, field=f"{w}.name")
+        seen.add(d["name"])
+        kind = d.get("kind", "default")
+        if not isinstance(kind, (str, int)) or isinstance(kind, bool):  # YAML reads `kind: 100` as a number
+            raise ClusterError(f"must be a string, got {short_repr(kind)}", source=source, field=f"{w}.kind")
         devices.append(Device(
-            name=d["name"], kind=str(d.get("kind", "default")),
-            memory_bytes=int(_number(d, "memory_GB", w, source, positive=True) * 1e9),
+            name=d["name"], kind=str(kind),
+            memory_bytes=int(_number(d, "memory_GB", w, source, positive=True, limit=MAX_MEMORY_GB) * 1e9),
             speed=_number(d, "speed", w, source, positive=True, default=1.0),
             flops_per_s=_number(d, "flops_per_s", w, source, positive=False, default=0.0),
         ))
-    names = [d.name for d in devices]
-    n = len(devices)
+    return devices
+
+
+def _links(doc: Mapping, names: list[str], source: str) -> tuple[np.ndarray, np.ndarray]:
+    """(bandwidth, latency) matrices from ``default_link`` and ``links``; every pair must be covered."""
+    n = len(names)
     bw = np.full((n, n), np.nan)
     lat = np.full((n, n), np.nan)
     default = doc.get("default_link")
     if default is not None:
         bw[:] = _number(default, "bandwidth_GBps", "default_link", source, positive=True) * 1e3
         lat[:] = _number(default, "latency_us", "default_link", source, positive=False)
-    for j, link in enumerate(doc.get("links") or []):
+    links = doc.get("links") or []
+    if not isinstance(links, list):
+        raise ClusterError(f"must be a list of links, got {short_repr(links)}", source=source, field="links")
+    index = {name: i for i, name in enumerate(names)}
+    for j, link in enumerate(links):
         w = f"links[{j}]"
         if not isinstance(link, Mapping):
             raise ClusterError("must be a mapping", source=source, field=w)
         ends = []
         for end in ("src", "dst"):
-            if link.get(end) not in names:
-                raise ClusterError(f"unknown device {link.get(end)!r}; devices are {names}",
+            if not isinstance(link.get(end), str) or link[end] not in index:
+                raise ClusterError(f"unknown device {short_repr(link.get(end))}; devices are {names}",
                                    source=source, field=f"{w}.{end}")
-            ends.append(names.index(link[end]))
+            ends.append(index[link[end]])
         s, t = ends
         if s == t:
             raise ClusterError("a link joins two different devices", source=source, field=w)
         b = _number(link, "bandwidth_GBps", w, source, positive=True) * 1e3
         l_ = _number(link, "latency_us", w, source, positive=False)
+        symmetric = link.get("symmetric", True)
+        if not isinstance(symmetric, bool):
+            raise ClusterError(f"must be true or false, got {short_repr(symmetric)}", source=source,
+                               field=f"{w}.symmetric")
         bw[s, t], lat[s, t] = b, l_
-        if link.get("symmetric", True):
+        if symmetric:
             bw[t, s], lat[t, s] = b, l_
     np.fill_diagonal(bw, np.inf)
     np.fill_diagonal(lat, 0.0)
@@ -157,6 +186,14 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
         s, t = missing[0]
         raise ClusterError(f"no link from {names[s]!r} to {names[t]!r} and no default_link",
                            source=source, field="links")
+    return bw, lat
+
+
+def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
+    if not isinstance(doc, Mapping):
+        raise ClusterError(f"expected a mapping, got {type(doc).__name__}", source=source)
+    devices = _devices(doc.get("devices"), source)
+    bw, lat = _links(doc, [d.name for d in devices], source)
     share = _number(doc, "send_cpu_share", "cluster", source, positive=False, default=0.0) \
         if doc.get("send_cpu_share") is not None else 0.0
     if share > 1:

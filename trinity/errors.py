@@ -8,6 +8,14 @@ library callers can catch the class.
 
 from __future__ import annotations
 
+from typing import Any
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut so that a message quoting a huge bad value stays short."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
 
 class TrinityError(Exception):
     """Base class of all errors caused by user input."""

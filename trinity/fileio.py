@@ -1,8 +1,10 @@
 """Reading and writing JSON/YAML files safely.
 
 Writes are atomic (temporary file in the same folder, then rename), so an
-interrupted run never leaves a half-written output. Reads turn every decode
-failure into a one-line `FormatError` naming the file.
+interrupted run never leaves a half-written output; durable (the folder is
+synced after the rename); and readable by whoever the user's umask lets read
+a new file. Reads turn every decode failure into a one-line `FormatError`
+naming the file.
 """
 
 from __future__ import annotations
@@ -20,7 +22,34 @@ import yaml
 from trinity.errors import FormatError
 
 
+_UMASK: int | None = None
+
+
+def _umask() -> int:
+    """The process umask. Reading it means setting it, so do that once and restore it at once."""
+    global _UMASK
+    if _UMASK is None:
+        _UMASK = os.umask(0)
+        os.umask(_UMASK)
+    return _UMASK
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable; some platforms cannot open or sync a folder."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` all or nothing, readable as any new file of this user is."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -28,12 +57,14 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp made it 0600: private to the writer
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    _fsync_dir(path.parent)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -44,14 +75,18 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_bytes(path, data)
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    path = Path(path)
+def _read_bytes(path: Path) -> bytes:
     try:
-        raw = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise FormatError("file not found", source=str(path)) from None
     except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror}", source=str(path)) from None
+        raise FormatError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    path = Path(path)
+    raw = _read_bytes(path)
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
@@ -59,10 +94,12 @@ def read_json(path: str | os.PathLike) -> Any:
             raise FormatError("truncated or corrupt gzip data", source=str(path)) from None
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, bad UTF-8, or an integer of thousands of digits
         msg = getattr(exc, "msg", str(exc))
         where = f" at line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") else ""
         raise FormatError(f"not valid JSON (truncated?): {msg}{where}", source=str(path)) from None
+    except RecursionError:
+        raise FormatError("not valid JSON: nested too deeply", source=str(path)) from None
 
 
 def write_yaml(path: str | os.PathLike, obj: Any) -> None:
@@ -71,13 +108,15 @@ def write_yaml(path: str | os.PathLike, obj: Any) -> None:
 
 def read_yaml(path: str | os.PathLike) -> Any:
     path = Path(path)
+    raw = _read_bytes(path)
     try:
-        with open(path) as f:
-            return yaml.safe_load(f)
-    except FileNotFoundError:
-        raise FormatError("file not found", source=str(path)) from None
+        return yaml.safe_load(raw)
     except yaml.YAMLError as exc:
         raise FormatError(f"not valid YAML: {exc}".replace("\n", " "), source=str(path)) from None
+    except (ValueError, OverflowError) as exc:  # a scalar YAML resolves but cannot build, e.g. date 2001-13-01
+        raise FormatError(f"not valid YAML: {exc}", source=str(path)) from None
+    except RecursionError:
+        raise FormatError("not valid YAML: nested too deeply", source=str(path)) from None
 
 
 def check_format(doc: Any, expected: str, version: int, source: str) -> None:

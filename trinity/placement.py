@@ -97,11 +97,21 @@ class Strategy:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Strategy":
         doc = read_json(path)
-        check_format(doc, FORMAT, VERSION, str(path))
+        source = str(path)
+        check_format(doc, FORMAT, VERSION, source)
         for key in ("graph", "graph_digest", "cluster", "devices", "placement"):
             if key not in doc:
-                raise FormatError("missing", source=str(path), field=key)
-        if not isinstance(doc["placement"], dict):
-            raise FormatError("must map op names to device names", source=str(path), field="placement")
-        return cls(doc["graph"], doc["graph_digest"], doc["cluster"], list(doc["devices"]),
-                   dict(doc["placement"]), dict(doc.get("meta") or {}))
+                raise FormatError("missing", source=source, field=key)
+        for key in ("graph", "graph_digest", "cluster"):
+            if not isinstance(doc[key], str):
+                raise FormatError(f"must be a string, got {type(doc[key]).__name__}", source=source, field=key)
+        if not isinstance(doc["devices"], list) or not all(isinstance(d, str) for d in doc["devices"]):
+            raise FormatError("must be a list of device names", source=source, field="devices")
+        placement = doc["placement"]
+        if not isinstance(placement, dict) or not all(isinstance(d, str) for d in placement.values()):
+            raise FormatError("must map op names to device names", source=source, field="placement")
+        meta = doc.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise FormatError(f"must be an object, got {type(meta).__name__}", source=source, field="meta")
+        return cls(doc["graph"], doc["graph_digest"], doc["cluster"], list(doc["devices"]), dict(placement),
+                   dict(meta))

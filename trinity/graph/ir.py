@@ -32,7 +32,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from trinity.errors import GraphError
+from trinity.errors import GraphError, short_repr
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,15 +101,24 @@ def _group_by(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return ptr, order
 
 
-def _check_cost(value, where: str, source: str | None) -> None:
-    if value is None:
-        return
+#: Largest byte count an op may give (1 PiB): sizes are int64 arrays, and anything near that is a corrupt file.
+MAX_BYTES = 1 << 50
+
+
+def _check_cost(value, where: str, source: str | None, limit: float = math.inf) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise GraphError(f"must be a number, got {value!r}", source=source, field=where)
-    if math.isnan(value) or math.isinf(value):
+        raise GraphError(f"must be a number, got {short_repr(value)}", source=source, field=where)
+    try:
+        x = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        raise GraphError(f"too large: an integer of {len(str(value))} digits",
+                         source=source, field=where) from None
+    if math.isnan(x) or math.isinf(x):
         raise GraphError(f"must be finite, got {value}", source=source, field=where)
-    if value < 0:
+    if x < 0:
         raise GraphError(f"must be >= 0, got {value}", source=source, field=where)
+    if x > limit:
+        raise GraphError(f"must be at most {limit:.0f}, got {value}", source=source, field=where)
 
 
 class OpGraph:
@@ -143,22 +152,20 @@ class OpGraph:
                 raise GraphError(f"duplicate op name {op.name!r} (also ops[{self.index[op.name]}])",
                                  source=src, field=f"{where}.name")
             self.index[op.name] = i
-            _check_cost(op.compute_us, f"{where}.compute_us ({op.name})", src)
+            if op.compute_us is not None:  # None: never profiled
+                _check_cost(op.compute_us, f"{where}.compute_us ({op.name})", src)
             for kind, t in op.compute_us_by_kind.items():
-                if t is None:
-                    raise GraphError("must be a number, got None", source=src,
-                                     field=f"{where}.compute_us_by_kind.{kind} ({op.name})")
                 _check_cost(t, f"{where}.compute_us_by_kind.{kind} ({op.name})", src)
             _check_cost(op.flops, f"{where}.flops ({op.name})", src)
-            _check_cost(op.persistent_bytes, f"{where}.persistent_bytes ({op.name})", src)
-            _check_cost(op.temporary_bytes, f"{where}.temporary_bytes ({op.name})", src)
+            _check_cost(op.persistent_bytes, f"{where}.persistent_bytes ({op.name})", src, MAX_BYTES)
+            _check_cost(op.temporary_bytes, f"{where}.temporary_bytes ({op.name})", src, MAX_BYTES)
             for k, b in enumerate(op.output_bytes):
-                _check_cost(b, f"{where}.output_bytes[{k}] ({op.name})", src)
+                _check_cost(b, f"{where}.output_bytes[{k}] ({op.name})", src, MAX_BYTES)
         for j, e in enumerate(self.edges):
             where = f"edges[{j}]"
             for end in ("src", "dst"):
-                if getattr(e, end) not in self.index:
-                    raise GraphError(f"unknown op {getattr(e, end)!r}", source=src, field=f"{where}.{end}")
+                if not isinstance(getattr(e, end), str) or getattr(e, end) not in self.index:
+                    raise GraphError(f"unknown op {short_repr(getattr(e, end))}", source=src, field=f"{where}.{end}")
             if e.src_output is not None:
                 n_out = len(self.ops[self.index[e.src]].output_bytes)
                 if not (0 <= e.src_output < n_out):
