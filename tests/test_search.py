@@ -238,7 +238,7 @@ def test_warm_start_from_the_best_placer(tmp_path):
     assert s.warm_start_placer == first_best and s.best.step_time_us == min(times.values()) == 600.0
     assert s.cfg.lr == 1e-4 and s.cfg.policy.unit_logits  # fine-tuning defaults after a warm start
     s.run()
-    resumed = Search(g, c, config("trinity", 1, warm_start="best", lr=None), tmp_path, progress=False)
+    resumed = Search(g, c, config("trinity", 1, warm_start="best", warm_start_steps=5, lr=None), tmp_path, progress=False)
     assert resumed.warm_start_placer == first_best and resumed.warm_start_agreement == s.warm_start_agreement
 
 

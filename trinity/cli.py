@@ -104,7 +104,7 @@ def cmd_compare(args) -> None:
     clusters = [load_cluster(c) for c in args.cluster]
     for p in args.placers or []:
         get_placer(p)
-    table = compare_placers(g, clusters, args.placers, seed=args.seed, progress=sys.stderr.isatty())
+    table = compare_placers(g, clusters, args.placers, seed=args.seed, progress=True)
     print(f"{g.name}: {g.n_ops} ops, {g.n_edges} edges")
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"))
     if args.csv:
@@ -179,7 +179,7 @@ def cmd_profile(args) -> None:
     out = args.out or args.graph
     speedups = _speedups(args.kind_speedup)
     g, report = profile_graph(args.graph, out, steps=args.steps, warmup=args.warmup, threads=args.threads,
-                              progress=sys.stderr.isatty(), kind_speedups=speedups)
+                              progress=True, kind_speedups=speedups)
     for k, v in report.items():
         print(f"{k:>28}: {v}")
     print(f"wrote {out}")
@@ -207,7 +207,7 @@ def cmd_search(args) -> None:
     if not args.no_mlflow:
         run_id = None if args.fresh else checkpoint_run_id(out)
         tracker = MLflowTracker(args.experiment, run_name=out.name, uri=args.mlflow_uri, run_id=run_id)
-    search = Search(g, cluster, cfg, out, tracker=tracker, fresh=args.fresh, progress=sys.stderr.isatty(),
+    search = Search(g, cluster, cfg, out, tracker=tracker, fresh=args.fresh, progress=True,
                     feature_cache=out.parent / ".features")
     if search.iteration:
         print(f"resuming {out} at iteration {search.iteration}")
@@ -254,33 +254,16 @@ def _exported(path):
 def _calibration(args, g, gd, workers, reuse: bool = True):
     """The calibrated (cluster, graph) for these workers: read from --calibration DIR (if ``reuse``),
     else measured and written there."""
-    from pathlib import Path
+    from trinity.runtime.calibrate import calibration_for
 
-    from trinity.cluster import load_cluster
-    from trinity.fileio import write_json, write_yaml
-    from trinity.graph import save_graph
-    from trinity.runtime.calibrate import calibrate
-
-    folder = Path(args.calibration)
-    cluster_file, graph_file = folder / "cluster.yaml", folder / "graph.json.gz"
-    if reuse and cluster_file.exists() and graph_file.exists():
-        cg, cluster = _graph(graph_file), load_cluster(cluster_file)
-        if cg.digest() != g.digest() or cluster.n_devices != workers.n:
-            raise TrinityError(f"calibration in {folder} is for another graph or worker count; use "
-                               "--recalibrate or another --calibration folder", field="calibration")
-        return cluster, cg
-    print(f"calibrating on {workers.n} workers ({', '.join(workers.hosts)}) ...")
-    cluster, doc, cg, report = calibrate(g, gd, workers, steps=args.profile_steps, progress=sys.stderr.isatty())
-    write_yaml(cluster_file, doc)
-    save_graph(cg, graph_file)
-    write_json(folder / "calibration.json", report)
-    link, fit = report["link"], report["transfer_fit"]
-    print(f"link: latency {link['latency_us']:.0f} us, bandwidth {link['bandwidth_GBps']:.2f} GB/s (R^2 "
-          f"{link['r2']:.3f}); fitted to {', '.join(fit['placers'])}: the sender's processor spends "
-          f"{fit['send_cpu_share']:.2f} of a transfer's time on it, latency x{fit['latency_scale']:g} (median "
-          f"error {fit['median_error']:.3f}); one worker runs a step in "
-          f"{report['worker_step_us_median'] / 1e3:.1f} ms; "
-          f"written to {folder}")
+    cluster, cg, report = calibration_for(g, gd, workers, args.calibration, reuse=reuse, steps=args.profile_steps)
+    if report is not None:
+        link, fit = report["link"], report["transfer_fit"]
+        print(f"calibrated {workers.n} workers ({', '.join(workers.hosts)}): link latency {link['latency_us']:.0f} us, bandwidth {link['bandwidth_GBps']:.2f} GB/s (R^2 "
+              f"{link['r2']:.3f}); fitted to {', '.join(fit['placers'])}: the sender's processor spends "
+              f"{fit['send_cpu_share']:.2f} of a transfer's time on it, latency x{fit['latency_scale']:g} (median "
+              f"error {fit['median_error']:.3f}); one worker runs a step in "
+              f"{report['worker_step_us_median'] / 1e3:.1f} ms; written to {args.calibration}")
     return cluster, cg
 
 
@@ -321,7 +304,7 @@ def cmd_validate(args) -> None:
             raise TrinityError("nothing to run: give strategy files, --placers or --search-samples",
                                field="strategy")
         table = validate(cg, gd, workers, cluster, candidates, out_dir=out, rounds=args.rounds, steps=args.steps,
-                         warmup=args.warmup, timeout_s=args.timeout, progress=sys.stderr.isatty())
+                         warmup=args.warmup, timeout_s=args.timeout, progress=True)
     summary = error_summary(table)
     write_json(out / "summary.json", summary)
     tracker = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import pandas as pd
-from tqdm import tqdm
+from trinity.progress import progress as progress_bar
 
 from trinity.cluster import Cluster
 from trinity.errors import PlacementError
@@ -25,7 +25,7 @@ def compare_placers(graph: OpGraph, clusters: Iterable[Cluster], placers: Iterab
     rows = []
     jobs = [(c, p) for c in clusters for p in names]
     sims = {c.name: Simulator(graph, c) for c in clusters}
-    for cluster, name in tqdm(jobs, desc="placers", disable=not progress, leave=False):
+    for cluster, name in progress_bar(jobs, desc="placers", disable=not progress, leave=False):
         try:
             placed = place(name, graph, cluster, seed=seed)
         except PlacementError as exc:

@@ -16,16 +16,18 @@ from typing import Any, Callable, Iterable, TextIO
 
 
 def progress(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "", unit: str = "it",
-             interval_s: float = 30.0, disable: bool = False, clock: Callable[[], float] = time.monotonic,
-             file: TextIO | None = None, **tqdm_kwargs):
-    """A tqdm bar on a terminal, else a `PlainProgress`; either iterates ``iterable`` if given."""
+             initial: int = 0, interval_s: float = 30.0, disable: bool = False,
+             clock: Callable[[], float] = time.monotonic, file: TextIO | None = None, **tqdm_kwargs):
+    """A tqdm bar on a terminal, else a `PlainProgress`; either iterates ``iterable`` if given.
+    ``tqdm_kwargs`` (``leave``, ``dynamic_ncols``) only matter to the bar."""
     file = file or sys.stderr
     if _is_terminal(file):
         from tqdm import tqdm
 
-        return tqdm(iterable, total=total, desc=desc, unit=unit, disable=disable, file=file, **tqdm_kwargs)
-    return PlainProgress(iterable, total=total, desc=desc, unit=unit, interval_s=interval_s, disable=disable,
-                         clock=clock, file=file)
+        return tqdm(iterable, total=total, desc=desc, unit=unit, initial=initial, disable=disable, file=file,
+                    **tqdm_kwargs)
+    return PlainProgress(iterable, total=total, desc=desc, unit=unit, initial=initial, interval_s=interval_s,
+                         disable=disable, clock=clock, file=file)
 
 
 def _is_terminal(file) -> bool:
@@ -54,14 +56,14 @@ class PlainProgress:
     reported as a plain line at most every ``interval_s`` seconds, and one at close."""
 
     def __init__(self, iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
-                 unit: str = "it", interval_s: float = 30.0, disable: bool = False,
+                 unit: str = "it", initial: int = 0, interval_s: float = 30.0, disable: bool = False,
                  clock: Callable[[], float] = time.monotonic, file: TextIO | None = None):
         if total is None and hasattr(iterable, "__len__"):
             total = len(iterable)
         self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
         self.interval_s, self.disable, self.clock = interval_s, disable, clock
         self.file = file or sys.stderr
-        self.n = 0
+        self.n = self.initial = initial  # a resumed run starts part-way; its rate counts from here
         self.postfix: dict[str, Any] = {}
         self.start = clock()
         self._next_report = self.start + interval_s
@@ -102,7 +104,7 @@ class PlainProgress:
         elapsed = now - self.start
         parts = [f"{self.n}/{self.total} ({100 * self.n / self.total:.0f}%)" if self.total
                  else f"{self.n} {self.unit}"]
-        rate = self.n / elapsed if elapsed > 0 else 0.0
+        rate = (self.n - self.initial) / elapsed if elapsed > 0 else 0.0
         if rate >= 0.1:
             parts.append(f"{rate:.1f} {self.unit}/s")
         elif rate > 0:

@@ -40,7 +40,7 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 
 import numpy as np
-from tqdm import tqdm
+from trinity.progress import progress as progress_bar
 
 from trinity.errors import TrinityError
 from trinity.graph.ir import OpGraph
@@ -218,7 +218,8 @@ def profile_tf(graph: OpGraph, graph_def, *, steps: int = 10, warmup: int = 3, t
     start = time.perf_counter()
     try:
         with tf.compat.v1.Session(target, graph=tf_graph, config=config) as sess, \
-                tqdm(total=warmup + 2 * steps, desc=f"profile {graph.name}", unit="run", disable=not progress) as bar:
+                progress_bar(total=warmup + 2 * steps, desc=f"profile {graph.name}", unit="run",
+                             disable=not progress) as bar:
             sess.run(init_op)
             for _ in range(warmup):
                 sess.run(fetches)

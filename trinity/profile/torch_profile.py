@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 from torch import fx
-from tqdm import tqdm
+from trinity.progress import progress as progress_bar
 
 from trinity.errors import TrinityError
 from trinity.graph.ir import OpGraph
@@ -76,7 +76,7 @@ def profile_torch(graph: OpGraph, name: str | None = None, *, steps: int = 10, w
     torch.set_num_threads(threads)
     try:
         with torch.no_grad():
-            for i in tqdm(range(warmup + steps), desc=f"profile {model_name}", disable=not progress):
+            for i in progress_bar(range(warmup + steps), desc=f"profile {model_name}", disable=not progress):
                 if i == warmup:
                     timer.times = {k: [] for k in timer.times}
                 timer.run(*args)

@@ -40,7 +40,7 @@ from typing import Callable
 
 import numpy as np
 import torch
-from tqdm import tqdm
+from trinity.progress import progress as progress_bar
 
 from trinity.cluster import Cluster
 from trinity.errors import TrinityError
@@ -203,7 +203,7 @@ class Search:
                                  **{f"reward.{k}": v for k, v in asdict(cfg.reward).items()},
                                  **{f"policy.{k}": v for k, v in asdict(cfg.policy).items()},
                                  "warm_start_placer": self.warm_start_placer})
-        bar = tqdm(total=cfg.iterations, initial=self.iteration, desc=f"{cfg.method} search",
+        bar = progress_bar(total=cfg.iterations, initial=self.iteration, desc=f"{cfg.method} search",
                    disable=not self.progress, dynamic_ncols=True)
         with _deferred_interrupts() as interrupted:
             self._loop(bar, interrupted)
@@ -343,7 +343,7 @@ class Search:
         # Its own optimizer: supervised steps want a larger rate, and should leave no Adam state behind.
         optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.cfg.warm_start_lr, foreach=True)
         self.policy.train()
-        for _ in tqdm(range(self.cfg.warm_start_steps), desc=f"imitating {placer}", disable=not self.progress):
+        for _ in progress_bar(range(self.cfg.warm_start_steps), desc=f"imitating {placer}", disable=not self.progress):
             with self._own_rng():  # dropout
                 logp_groups = torch.log_softmax(self.policy.partition_logits(), dim=1)
                 schedule = self.policy.schedule_logits(self.policy.group_embeddings(target.groups), target.devices)

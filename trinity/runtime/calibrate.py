@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
-from tqdm import tqdm
+from trinity.progress import progress as progress_bar
 
 from trinity.cluster import Cluster, cluster_from_dict
 from trinity.errors import TrinityError
@@ -122,7 +122,7 @@ def measure_link(workers: Workers, sizes=DEFAULT_SIZES, repeats: int = 20, *, sr
         sess.run(init, options=options)
         for local, remote in pairs:  # warm both paths
             sess.run([local, remote], options=options)
-        for _ in tqdm(range(repeats), desc="link", unit="round", disable=not progress):
+        for _ in progress_bar(range(repeats), desc="link", unit="round", disable=not progress):
             for size, (local, remote) in zip(sizes, pairs):
                 t = []
                 for fetch in (local, remote, remote, local):  # ABBA: drift cancels
@@ -171,7 +171,7 @@ def measure_send_cpu_share(workers: Workers, link: LinkFit, *, size: int = 8_388
         sess.run(init, options=options)
         for f in fetches.values():
             sess.run(f, options=options)
-        for r in tqdm(range(repeats), desc="send CPU share", unit="round", disable=not progress):
+        for r in progress_bar(range(repeats), desc="send CPU share", unit="round", disable=not progress):
             order = ["compute", "send", "both"]
             for key in (order if r % 2 == 0 else order[::-1]):
                 t0 = time.perf_counter()

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm import tqdm
+from trinity.progress import progress as progress_bar
 
 from trinity.cluster import Cluster, cluster_from_dict
 from trinity.errors import PlacementError
@@ -294,7 +294,7 @@ class Runner:
         a caller can save what was measured before a later failure.
         """
         results: dict[str, Measurement] = {}
-        with tqdm(total=rounds * len(placements), desc="measure", unit="run", disable=not progress) as bar:
+        with progress_bar(total=rounds * len(placements), desc="measure", unit="run", disable=not progress) as bar:
             for r in range(rounds):
                 for name, p in _round_order(placements, r):
                     m = self.measure(p, name, steps=steps, warmup=warmup, trace=(r == 0),

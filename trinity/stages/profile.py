@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 from omegaconf import DictConfig
@@ -25,7 +24,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     else:
         p = cfg.profile
         graph, report = profile_graph(src, out, steps=p.steps, warmup=p.warmup, threads=p.threads,
-                                      progress=sys.stderr.isatty(),
+                                      progress=True,
                                       kind_speedups={k: float(v) for k, v in p.kind_speedup.items()})
     numbers = {k: v for k, v in _flat(report).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     numbers["profile/seconds"] = time.perf_counter() - t0

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -100,7 +99,7 @@ def _search(cfg, graph, cluster, job, out: Path, tracker) -> dict:
     sc = config.search_config(cfg, job.method, job.seed)
     feats = OpFeatures.load(config.require(config.features_file(cfg, job.model), "embed", job.model), graph)
     folder = run_dir(cfg, job)
-    search = Search(graph, cluster, sc, folder, tracker=tracker, features=feats, progress=sys.stderr.isatty())
+    search = Search(graph, cluster, sc, folder, tracker=tracker, features=feats, progress=True)
     if search.iteration:
         print(f"resuming {folder} at iteration {search.iteration}")
     best = search.run()

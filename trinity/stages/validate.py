@@ -9,7 +9,6 @@ sim_vs_real.png, the strategies run and the calibration.
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 from omegaconf import DictConfig
@@ -56,7 +55,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     graph = load_graph(path)
     graph_def = read_graph_def(path, graph)
     v, out = cfg.validation, config.validate_dir(cfg, job.model)
-    progress = sys.stderr.isatty()
+    progress = True  # a bar on a terminal, plain lines in logs
     with open_workers(v.workers, v.cluster_spec, threads=v.threads_per_worker) as workers:
         chosen = candidates(cfg, job.model, graph, workers.n)
         if not chosen:
