@@ -13,13 +13,17 @@ from trinity.graph import save_graph
 from trinity.graph.synthetic import layered_dag
 from trinity.placement import Strategy
 from trinity.report import build_report, tables
+from trinity.report.figures import layer_positions, topological_depth
+from trinity.report.results import search_results
+
+GRAPH = layered_dag(60, 90, seed=0, colocated_fraction=0.0)
 
 
-def write_job(results, graph, model, cluster, method, seed, step, comm, memory, fits=True, seconds_per_1000=None):
+def write_job(folder, model, cluster, method, seed, step, comm, memory, fits=True, seconds_per_1000=None):
+    """One search job's folder as the search stage writes it (history.csv for the two searches)."""
     c = load_cluster(cluster)
-    folder = results / "search" / model / f"{cluster}-{method}-s{seed}"
-    placement = np.arange(graph.n_ops) % c.n_devices if fits else np.zeros(graph.n_ops, np.int64)
-    Strategy.from_array(graph, c, placement).save(folder / "strategy.json")
+    placement = np.arange(GRAPH.n_ops) % c.n_devices if fits else np.zeros(GRAPH.n_ops, np.int64)
+    Strategy.from_array(GRAPH, c, placement).save(folder / "strategy.json")
     write_json(folder / "metrics.json", {
         "model": model, "cluster": cluster, "method": method, "seed": seed, "devices": c.n_devices,
         "step_time_ms": step, "peak_comm_MB": comm, "peak_memory_GB": memory, "fits": fits, "search_seconds": 1.0,
@@ -31,66 +35,158 @@ def write_job(results, graph, model, cluster, method, seed, step, comm, memory, 
                                                                                         index=False)
 
 
-@pytest.fixture
-def tree(tmp_path):
-    graph = layered_dag(60, 90, seed=0, colocated_fraction=0.0)
-    save_graph(graph, tmp_path / "data" / "inception_v3" / "profile" / "graph.json.gz")
-    results = tmp_path / "results"
-    write_job(results, graph, "inception_v3", "p100x2", "single", 0, 20.0, 0.0, 1.0, fits=False)
-    write_job(results, graph, "inception_v3", "p100x2", "m-etf", 0, 11.0, 5.0, 0.5)
+def nested(results, model, cluster, method, seed, *args, **kwargs):
+    """dvc.yaml's layout: results/search/<model>/<cluster>-<method>-s<seed>/."""
+    write_job(results / "search" / model / f"{cluster}-{method}-s{seed}", model, cluster, method, seed,
+              *args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """One report over: p100x2 with an OOM placer, a one-seed placer and two seeds of each search; p100x4 with
+    one seed of each search; validation of three strategies, one not measured."""
+    root = tmp_path_factory.mktemp("report")
+    save_graph(GRAPH, root / "data" / "inception_v3" / "profile" / "graph.json.gz")
+    results = root / "results"
+    nested(results, "inception_v3", "p100x2", "single", 0, 20.0, 0.0, 1.0, fits=False)
+    nested(results, "inception_v3", "p100x2", "m-etf", 0, 11.0, 5.0, 0.5)
     for seed, step in ((0, 10.0), (1, 12.0)):
-        write_job(results, graph, "inception_v3", "p100x2", "hierarchical", seed, step, 4.0, 0.5, seconds_per_1000=100.0)
+        nested(results, "inception_v3", "p100x2", "hierarchical", seed, step, 4.0, 0.5, seconds_per_1000=100.0)
     for seed, step in ((0, 9.0), (1, 9.0)):
-        write_job(results, graph, "inception_v3", "p100x2", "trinity", seed, step, 3.0, 0.5, seconds_per_1000=80.0)
+        nested(results, "inception_v3", "p100x2", "trinity", seed, step, 3.0, 0.5, seconds_per_1000=80.0)
+    nested(results, "inception_v3", "p100x4", "hierarchical", 0, 10.0, 4.0, 0.4, seconds_per_1000=50.0)
+    nested(results, "inception_v3", "p100x4", "trinity", 0, 9.0, 5.0, 0.3, seconds_per_1000=60.0)
     validate = results / "validate" / "inception_v3"
     validate.mkdir(parents=True)
-    pd.DataFrame({"strategy": ["p100x2-trinity", "p100x2-m-etf"], "sim_step_ms": [11.0, 9.0],
-                  "real_step_ms": [10.0, 10.0], "step_error": [0.1, -0.1]}).to_csv(validate / "results.csv",
-                                                                                 index=False)
-    return tmp_path
+    pd.DataFrame({"strategy": ["p100x2/trinity", "p100x2/m-etf", "p100x4/trinity"],
+                  "sim_step_ms": [11.0, 7.0, 5.0], "real_step_ms": [10.0, 10.0, None],
+                  "step_error": [0.1, -0.3, None]}).to_csv(validate / "results.csv", index=False)
+    out = root / "reports"
+    return out, build_report(results, root / "data", out)
 
 
-def test_tables_have_the_exact_values(tree):
-    out = tree / "reports"
-    written = build_report(tree / "results", tree / "data", out)
-    t3 = pd.read_csv(out / "table3.csv")
-    assert t3.to_dict("records") == [{"model": "inception_v3", "ops": 60, "edges": 90, "paper_ops": 12745,
-                                      "paper_edges": 21928, "ops_vs_paper": round(60 / 12745, 3)}]
-    t4 = pd.read_csv(out / "table4.csv").set_index("method")
-    assert t4.loc["single", "runtime_ms"] == "OOM" and t4.loc["single", "peak_memory_GB"] == "OOM"
-    assert float(t4.loc["hierarchical", "runtime_ms"]) == 11.0  # mean of 10 and 12
-    assert t4.loc["hierarchical", "runtime_std_ms"] == round(np.sqrt(2), 3)  # sample std (ddof=1)
-    assert t4.loc["hierarchical", "seeds"] == 2 and np.isnan(t4.loc["m-etf", "runtime_std_ms"])  # one seed: no std
-    t5 = pd.read_csv(out / "table5.csv").iloc[0]
-    assert t5["runtime_change_pct"] == pytest.approx(100 * (9 - 11) / 11, abs=0.01)  # -18.18
-    assert t5["comm_change_pct"] == -25.0 and t5["memory_change_pct"] == 0.0
-    assert t5["search_time_change_pct"] == -20.0
-    assert written["summary"]["cases"] == {"inception_v3/p100x2": {"best_method": "trinity", "best_step_time_ms": 9.0}}
-    assert written["summary"]["validation"] == {"inception_v3": {"strategies": 2, "step_error_median": 0.1}}
-    assert json.loads((out / "metrics.json").read_text()) == written["summary"]
+def test_table3_sets_ours_beside_the_papers(report):
+    out, _ = report
+    assert pd.read_csv(out / "table3.csv").to_dict("records") == [{
+        "model": "inception_v3", "ops": 60, "edges": 90, "paper_ops": 12745, "paper_edges": 21928,
+        "ops_vs_paper": round(60 / 12745, 3)}]
 
 
-def test_every_figure_plot_and_markdown_is_written(tree):
-    out = tree / "reports"
-    build_report(tree / "results", tree / "data", out)
-    assert {p.name for p in (out / "figures").glob("*.png")} == {
-        "placement_inception_v3_p100x2.png", "gantt_inception_v3_p100x2.png", "convergence_inception_v3_p100x2.png",
-        "bars_runtime.png", "bars_comm.png", "bars_memory.png", "sim_vs_real.png"}
-    curve = pd.read_csv(out / "plots" / "convergence.csv")
+def test_table4_means_sample_stds_and_oom(report):
+    out, _ = report
+    t4 = pd.read_csv(out / "table4.csv")
+    two = t4[t4["cluster"] == "p100x2"].set_index("method")
+    assert list(two.index) == ["single", "m-etf", "hierarchical", "trinity"]  # the paper's order
+    assert (two.loc["single", ["runtime_ms", "peak_comm_MB", "peak_memory_GB"]] == "OOM").all()
+    assert np.isnan(two.loc["single", "runtime_std_ms"])
+    assert float(two.loc["hierarchical", "runtime_ms"]) == 11.0  # mean of 10 and 12
+    assert two.loc["hierarchical", "runtime_std_ms"] == round(np.sqrt(2), 3)  # sample std (ddof=1) of 10, 12
+    assert two.loc["trinity", "runtime_std_ms"] == 0.0 and two.loc["hierarchical", "seeds"] == 2
+    assert np.isnan(two.loc["m-etf", "runtime_std_ms"])  # one seed: no std
+    assert float(two.loc["m-etf", "peak_comm_MB"]) == 5.0 and float(two.loc["m-etf", "peak_memory_GB"]) == 0.5
+    assert t4["paper_runtime_s"].isna().all()  # the paper's Table 4 is not in this repository
+    assert list(t4["devices"]) == [2, 2, 2, 2, 4, 4]
+
+
+def test_table5_is_trinitys_change_against_hierarchical(report):
+    out, _ = report
+    t5 = pd.read_csv(out / "table5.csv").set_index("cluster")
+    four = t5.loc["p100x4"]  # one seed each: Trinity 9 ms against Hierarchical 10 ms
+    assert four["runtime_change_pct"] == -10.0 and four["comm_change_pct"] == 25.0
+    assert four["memory_change_pct"] == -25.0 and four["search_time_change_pct"] == 20.0
+    two = t5.loc["p100x2"]  # means over two seeds: 9 against 11
+    assert two["runtime_change_pct"] == round(100 * (9 - 11) / 11, 2) == -18.18
+    assert two["comm_change_pct"] == -25.0 and two["memory_change_pct"] == 0.0
+    assert two["trinity_s_per_1000_it"] == 80.0 and two["search_time_change_pct"] == -20.0
+    assert t5["paper_runtime_change_pct"].isna().all()
+
+
+def test_summary_and_metrics_json(report):
+    out, written = report
+    summary = written["summary"]
+    assert summary["cases"] == {"inception_v3/p100x2": {"best_method": "trinity", "best_step_time_ms": 9.0},
+                                "inception_v3/p100x4": {"best_method": "trinity", "best_step_time_ms": 9.0}}
+    assert summary["validation"] == {"inception_v3": {"strategies": 2, "step_error_median": 0.2}}
+    assert summary["counts"] == {"models": 1, "cases": 2, "search_jobs": 8, "validated_strategies": 2}
+    assert json.loads((out / "metrics.json").read_text()) == summary
+
+
+def test_every_file_is_written(report):
+    out, written = report
+    figures = {f"{kind}_inception_v3_{c}.png" for kind in ("placement", "gantt", "convergence")
+               for c in ("p100x2", "p100x4")}
+    figures |= {"bars_runtime.png", "bars_comm.png", "bars_memory.png", "sim_vs_real.png"}
+    assert {p.name for p in (out / "figures").iterdir()} == figures
+    names = [f"table{n}.{ext}" for n in (3, 4, 5) for ext in ("csv", "md")] + ["REPORT.md", "metrics.json"]
+    names += [f"plots/{n}.csv" for n in ("methods", "convergence", "sim_vs_real")]
+    names += [f"figures/{n}" for n in figures]
+    assert sorted(written["files"]) == sorted(str(out / n) for n in names)
+    assert all((out / n).stat().st_size > 0 for n in names)
+
+
+def test_plot_data(report):
+    out, _ = report
+    curve = pd.read_csv(out / "plots" / "convergence.csv")  # first model, largest cluster (p100x4), seed 0
     assert list(curve.columns) == ["iteration", "trinity", "hierarchical"]
     assert list(curve["trinity"]) == [11.0, 10.0, 9.0] and list(curve["hierarchical"]) == [12.0, 11.0, 10.0]
     methods = pd.read_csv(out / "plots" / "methods.csv")
-    assert set(methods["method"]) == {"m-etf", "hierarchical", "trinity"}  # OOM has no bar
-    assert len(pd.read_csv(out / "plots" / "sim_vs_real.csv")) == 2
-    report = (out / "REPORT.md").read_text()
-    assert "| inception_v3 | p100x2 | 2 | single | 1 | OOM |" in report
-    assert "inception_v3: median |step time error| 10.0% over 2 strategies" in report
-    assert "(figures/gantt_inception_v3_p100x2.png)" in report
+    assert list(methods.columns) == ["case", "method", "step_time_ms"]
+    assert "single" not in set(methods["method"])  # OOM has no bar
+    assert methods.set_index(["case", "method"]).loc[("inception_v3/p100x2", "hierarchical"), "step_time_ms"] == 11.0
+    scatter = pd.read_csv(out / "plots" / "sim_vs_real.csv")
+    assert list(scatter.columns) == ["model", "strategy", "sim_step_ms", "real_step_ms"] and len(scatter) == 2
+
+
+def test_report_markdown(report):
+    out, _ = report
+    text = (out / "REPORT.md").read_text()
+    assert "| inception_v3 | p100x2 | 2 | single | 1 | 1 | OOM |  | OOM |  | OOM |  |\n" in text
+    assert "inception_v3: median |step time error| 20.0% over 2 measured strategies" in text
+    assert "- inception_v3/p100x4: trinity (9.0 ms)" in text
+    assert "the paper's Table 4/5 values are not in this repository" in text
+    assert "(figures/gantt_inception_v3_p100x2.png)" in text and "make repro" in text
+    assert (out / "table4.md").read_text() in text
+
+
+def test_one_seed_no_search_method_and_no_validation(tmp_path):
+    """One case with no search method: no convergence figure, empty convergence columns, and no validation."""
+    save_graph(GRAPH, tmp_path / "data" / "nmt_2layer" / "profile" / "graph.json.gz")
+    search = tmp_path / "results" / "search"
+    write_job(search / "nmt_2layer" / "p100x2-m-topo-s0", "nmt_2layer", "p100x2", "m-topo", 0, 7.0, 1.0, 0.2)
+    out = tmp_path / "reports"
+    written = build_report(tmp_path / "results", tmp_path / "data", out)
+    assert len(search_results(tmp_path / "results")) == 1
+    assert written["summary"]["cases"] == {"nmt_2layer/p100x2": {"best_method": "m-topo", "best_step_time_ms": 7.0}}
+    assert not (out / "figures" / "sim_vs_real.png").exists()
+    assert not list((out / "figures").glob("convergence_*"))
+    curve = pd.read_csv(out / "plots" / "convergence.csv")
+    assert list(curve.columns) == ["iteration", "trinity", "hierarchical"] and len(curve) == 0
+    assert pd.read_csv(out / "table5.csv").empty
+    assert "Validation was not run" in (out / "REPORT.md").read_text()
+    assert pd.read_csv(out / "table3.csv").iloc[0][["paper_ops", "paper_edges"]].tolist() == [16432, 24235]
 
 
 def test_no_search_results_names_the_stage(tmp_path):
-    with pytest.raises(TrinityError, match="run the search stage first"):
+    with pytest.raises(TrinityError, match=r"no search results in .*run the search stage first \(dvc repro search\)"):
         build_report(tmp_path / "results", tmp_path / "data", tmp_path / "reports")
+
+
+def test_missing_graph_names_the_profile_stage(tmp_path):
+    write_job(tmp_path / "results" / "search" / "gnmt" / "p100x2-single-s0", "gnmt", "p100x2", "single", 0,
+              5.0, 0.0, 0.1)
+    with pytest.raises(TrinityError, match=r"gnmt/profile/graph.json.gz: missing; run the profile stage first "
+                                           r"\(dvc repro profile@gnmt\)"):
+        build_report(tmp_path / "results", tmp_path / "data", tmp_path / "reports")
+
+
+def test_depth_layers_are_exact():
+    chain = layered_dag(6, 5, width=1, seed=0, colocated_fraction=0.0, control_fraction=0.0)
+    assert list(topological_depth(chain)) == list(range(6))
+    assert list(layer_positions(np.array([0, 1, 0, 1, 1]))) == [0.25, 1 / 6, 0.75, 0.5, 5 / 6]
+    big = layered_dag(15000, 24000, seed=1)
+    depth = topological_depth(big)
+    src, dst = big.arrays.src, big.arrays.dst
+    assert (depth[dst] >= depth[src] + 1).all()  # every edge goes at least one layer down
 
 
 def test_markdown_formats_missing_values_and_thousands():

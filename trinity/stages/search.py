@@ -4,8 +4,9 @@ A placer places once; Trinity and Hierarchical search, checkpointing into
 ``runs/<case>-<digest>/``, outside DVC's outputs (DVC deletes a stage's
 outputs before running it), so a search killed mid-way resumes on the next
 `dvc repro`. The digest covers everything that shapes the search (graph,
-features, cluster, every hyperparameter): a changed setting starts a fresh
-folder rather than resuming another search's state.
+features, cluster, every hyperparameter) and where it reports (MLflow
+experiment, results folder): a changed setting starts a fresh folder rather
+than resuming another search's state.
 
 Out (``results/search/<model>/<cluster>-<method>-s<seed>/``): strategy.json,
 metrics.json, and for searches history.csv and search_curve.png.
@@ -31,10 +32,14 @@ from trinity.sim import Simulator
 
 
 def run_dir(cfg: DictConfig, job: config.Job) -> Path:
-    graph_digest = load_graph(config.require(config.profiled_file(cfg, job.model), "profile", job.model)).digest()
-    shaping = {"graph": graph_digest, "features": _file_digest(config.features_file(cfg, job.model)),
+    from trinity.stages import experiment_name
+
+    graph_file = config.require(config.profiled_file(cfg, job.model), "profile", job.model)
+    shaping = {"graph": _file_digest(graph_file), "features": _file_digest(config.features_file(cfg, job.model)),
                "cluster": OmegaConf.to_container(cfg.clusters[job.cluster], resolve=True),
-               "search": asdict(config.search_config(cfg, job.method, job.seed))}
+               "search": asdict(config.search_config(cfg, job.method, job.seed)),
+               # the same search for another experiment or results folder is another job (and MLflow run)
+               "where": [experiment_name(cfg), str(cfg.paths.results)]}
     digest = hashlib.sha256(json.dumps(shaping, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return Path(cfg.paths.runs) / f"{job.model}-{job.cluster}-{job.method}-s{job.seed}-{digest}"
 
