@@ -17,7 +17,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONUNBUFFERED": "1",
+       "DVC_NO_ANALYTICS": "1"}  # no network here
 ENV.pop("MLFLOW_TRACKING_URI", None)
 ENV.pop("TRINITY_PARENT_RUN_ID", None)
 
@@ -204,7 +205,7 @@ def test_a_real_tracking_server_gets_the_runs(smoke, tmp_path):
 
 def test_a_killed_search_resumes_from_its_checkpoint_in_the_same_run(smoke):
     args = ["job.model=tiny_cnn", "job.cluster=p100x2", "job.method=hierarchical", "paths.results=resume",
-            "mlflow.experiment=resume", "methods.hierarchical.search.iterations=400",
+            "mlflow.experiment=resume", "methods.hierarchical.search.iterations=1000",
             "methods.hierarchical.search.checkpoint_every=1"]
     before = set((smoke / "runs").glob("*"))
     proc = subprocess.Popen([sys.executable, "pipeline/search.py", "-cd", ".", "-cn", "params", *args], cwd=smoke,

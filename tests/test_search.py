@@ -126,6 +126,30 @@ def test_cli_search_logs_to_mlflow_and_resumes(tmp_path, capsys):
     assert run.data.params["warm_start_placer"] == "metis" and "warm_start/agreement" in run.data.metrics
 
 
+def test_cli_search_that_fails_ends_its_run_failed_and_a_rerun_continues_it(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from trinity.cli import main
+    from trinity.graph import save_graph
+
+    graph_file = tmp_path / "chains.json"
+    save_graph(two_chains(), graph_file)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["search", str(graph_file), "--cluster", "cpu2", "--groups", "4", "--batch", "2", "--iterations", "2",
+            "--out", str(tmp_path / "run"), "--mlflow-uri", uri]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"not a checkpoint")  # fails after the run is opened
+    assert main(args) == 2 and "checkpoint is corrupt" in capsys.readouterr().err
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("trinity-search").experiment_id
+    (failed,) = client.search_runs([exp])
+    assert failed.info.status == "FAILED"
+    (tmp_path / "run" / "checkpoint.pt").unlink()
+    assert main(args) == 0
+    (again,) = client.search_runs([exp])  # the same run, now finished
+    assert again.info.run_id == failed.info.run_id and again.info.status == "FINISHED"
+
+
 def test_sigterm_mid_search_then_resume_matches_uninterrupted(tmp_path):
     import signal
     import subprocess

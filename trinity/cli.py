@@ -191,8 +191,8 @@ def cmd_search(args) -> None:
     from trinity.cluster import load_cluster
     from trinity.fileio import atomic_write_bytes
     from trinity.plots import plot_search_curve
-    from trinity.rl.search import Search, SearchConfig, checkpoint_run_id
-    from trinity.track import MLflowTracker, NullTracker
+    from trinity.rl.search import SearchConfig, checkpoint_run_id
+    from trinity.track import MLflowTracker, NullTracker, end_status
 
     g, cluster = _graph(args.graph), load_cluster(args.cluster)
     from trinity.rl.policy import PolicyConfig
@@ -205,17 +205,16 @@ def cmd_search(args) -> None:
     out = Path(args.out or f"runs/{g.name}-{cluster.name}-{args.method}-s{args.seed}")
     tracker = NullTracker()
     if not args.no_mlflow:
-        run_id = None if args.fresh else checkpoint_run_id(out)
+        # the run this folder logged to (even if it was stopped before its first checkpoint): a rerun continues it
+        run_file = out / ".mlflow_run_id"
+        run_id = None if args.fresh else checkpoint_run_id(out) or (run_file.read_text().strip()
+                                                                   if run_file.exists() else None)
         tracker = MLflowTracker(args.experiment, run_name=out.name, uri=args.mlflow_uri, run_id=run_id)
-    search = Search(g, cluster, cfg, out, tracker=tracker, fresh=args.fresh, progress=True,
-                    feature_cache=out.parent / ".features")
-    if search.iteration:
-        print(f"resuming {out} at iteration {search.iteration}")
+        atomic_write_bytes(run_file, tracker.run_id.encode())
     try:
-        best = search.run()
-    except KeyboardInterrupt:  # the search checkpointed after its last whole iteration
-        tracker.close("KILLED")
-        print(f"interrupted at iteration {search.iteration}; run the same command to resume", file=sys.stderr)
+        search, best = _run_search(g, cluster, cfg, out, tracker, args.fresh)
+    except BaseException as exc:  # the MLflow run ends FAILED or KILLED, never RUNNING
+        tracker.close(end_status(exc))
         raise
     history = pd.DataFrame(search.history)
     atomic_write_bytes(out / "history.csv", history.to_csv(index=False).encode())
@@ -235,6 +234,21 @@ def cmd_search(args) -> None:
                  else f"{search.warm_start_placer}'s own: the search found nothing better")
         print(f"warm start: imitated {search.warm_start_placer} ({search.warm_start_agreement:.1%} of ops agree); "
               f"best strategy is {found}")
+
+
+def _run_search(g, cluster, cfg, out, tracker, fresh: bool):
+    from trinity.rl.search import Search
+
+    search = Search(g, cluster, cfg, out, tracker=tracker, fresh=fresh, progress=True,
+                    feature_cache=out.parent / ".features")
+    if search.iteration:
+        print(f"resuming {out} at iteration {search.iteration}")
+    try:
+        best = search.run()
+    except KeyboardInterrupt:  # the search checkpointed after its last whole iteration
+        print(f"interrupted at iteration {search.iteration}; run the same command to resume", file=sys.stderr)
+        raise
+    return search, best
 
 
 def _workers(args):
@@ -259,8 +273,8 @@ def _calibration(args, g, gd, workers, reuse: bool = True):
     cluster, cg, report = calibration_for(g, gd, workers, args.calibration, reuse=reuse, steps=args.profile_steps)
     if report is not None:
         link, fit = report["link"], report["transfer_fit"]
-        print(f"calibrated {workers.n} workers ({', '.join(workers.hosts)}): link latency {link['latency_us']:.0f} us, bandwidth {link['bandwidth_GBps']:.2f} GB/s (R^2 "
-              f"{link['r2']:.3f}); fitted to {', '.join(fit['placers'])}: the sender's processor spends "
+        print(f"calibrated {workers.n} workers ({', '.join(workers.hosts)}): link latency {link['latency_us']:.0f} us, "
+              f"bandwidth {link['bandwidth_GBps']:.2f} GB/s (R^2 {link['r2']:.3f}); fitted to {', '.join(fit['placers'])}: the sender's processor spends "
               f"{fit['send_cpu_share']:.2f} of a transfer's time on it, latency x{fit['latency_scale']:g} (median "
               f"error {fit['median_error']:.3f}); one worker runs a step in "
               f"{report['worker_step_us_median'] / 1e3:.1f} ms; written to {args.calibration}")
