@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from trinity.cluster import cluster_from_dict
+from trinity.graph import Edge, Op, OpGraph
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REFERENCE_GNMT = SHARED / "reference" / "gnmt-baechi" / "gnmt_forward.json.gz"
@@ -37,3 +38,16 @@ def make_cluster(n: int = 2, bandwidth_GBps: float = 1.0, latency_us: float = 2.
         "devices": [{"name": f"d{i}", "kind": "k", "speed": s, "memory_GB": memory_GB} for i, s in enumerate(speeds)],
         "default_link": {"bandwidth_GBps": bandwidth_GBps, "latency_us": latency_us},
     })
+
+
+def tiny():
+    """Five ops with a colocation group, a multi-output edge and a control edge (every field of the format)."""
+    return OpGraph(
+        [Op("x", "Placeholder", 0.0, output_bytes=(400,)),
+         Op("w", "VariableV2", 1.0, output_bytes=(800,), persistent_bytes=800, colocation_group="w"),
+         Op("read", "Identity", 0.5, output_bytes=(800,), colocation_group="w"),
+         Op("mm", "MatMul", 10.0, flops=2e6, output_bytes=(200, 8), temporary_bytes=64),
+         Op("loss", "Sum", 1.0, compute_us_by_kind={"p100": 0.25}, output_bytes=(4,))],
+        [Edge("x", "mm", 0), Edge("w", "read", 0), Edge("read", "mm", 0), Edge("mm", "loss", 1),
+         Edge("x", "loss", None)],
+        name="tiny", meta={"note": "hand-built"})

@@ -19,31 +19,20 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import tiny
 from trinity.cli import build_parser, main
 from trinity.cluster import load_cluster
 from trinity.errors import TrinityError
-from trinity.graph import Edge, Op, OpGraph, load_graph, save_graph
+from trinity.graph import Edge, load_graph, save_graph
 from trinity.placement import Strategy
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-# ------------------------------------------------------------- valid inputs
-def small_graph() -> OpGraph:
-    return OpGraph(
-        [Op("x", "Placeholder", 0.0, output_bytes=(400,)),
-         Op("w", "VariableV2", 1.0, output_bytes=(800,), persistent_bytes=800, colocation_group="w"),
-         Op("read", "Identity", 0.5, output_bytes=(800,), colocation_group="w"),
-         Op("mm", "MatMul", 10.0, flops=2e6, output_bytes=(200, 8), temporary_bytes=64),
-         Op("loss", "Sum", 1.0, compute_us_by_kind={"p100": 0.25}, output_bytes=(4,))],
-        [Edge("x", "mm", 0), Edge("w", "read", 0), Edge("read", "mm", 0), Edge("mm", "loss", 1),
-         Edge("x", "loss", None)],
-        name="small", meta={"note": "fuzz"})
-
-
+# ------------------------------------------------------------- valid inputs (tiny() from conftest)
 def native_doc(tmp_path: Path) -> dict:
     path = tmp_path / "valid.json"
-    save_graph(small_graph(), path)
+    save_graph(tiny(), path)
     return json.loads(path.read_text())
 
 
@@ -87,7 +76,7 @@ def strategy_doc(tmp_path: Path) -> dict:
     from trinity.cluster import cluster_from_dict
 
     path = tmp_path / "valid-strategy.json"
-    Strategy.from_array(small_graph(), cluster_from_dict(CLUSTER), [0, 1, 1, 0, 1], placer="hand").save(path)
+    Strategy.from_array(tiny(), cluster_from_dict(CLUSTER), [0, 1, 1, 0, 1], placer="hand").save(path)
     return json.loads(path.read_text())
 
 
@@ -205,7 +194,7 @@ def load_and_use_cluster(path):
 def load_and_apply_strategy(path):
     from trinity.cluster import cluster_from_dict
 
-    return Strategy.load(path).to_array(small_graph(), cluster_from_dict(CLUSTER), source=str(path))
+    return Strategy.load(path).to_array(tiny(), cluster_from_dict(CLUSTER), source=str(path))
 
 
 # ------------------------------------------------------- property-based tests
@@ -406,7 +395,7 @@ def test_cli_bad_graph(tmp_path, capsys, case):
 @pytest.mark.parametrize("case", ["cluster links a number", "cluster memory of 400 digits", "cluster not UTF-8"])
 def test_cli_bad_cluster(tmp_path, capsys, case):
     graph = tmp_path / "g.json"
-    save_graph(small_graph(), graph)
+    save_graph(tiny(), graph)
     path = write_input(tmp_path, *CRASHED[case])
     assert_one_line_error(*run(capsys, "place", graph, "--cluster", path), path)
 
@@ -415,7 +404,7 @@ def test_cli_bad_cluster(tmp_path, capsys, case):
                                      b'{"format": "trinity-strategy/1", "devices": 5'])
 def test_cli_bad_strategy_bytes(tmp_path, capsys, content):
     graph, cluster = tmp_path / "g.json", tmp_path / "c.yaml"
-    save_graph(small_graph(), graph)
+    save_graph(tiny(), graph)
     cluster.write_bytes(to_yaml(CLUSTER))
     path = write_input(tmp_path, "s.json", content)
     assert_one_line_error(*run(capsys, "simulate", graph, path, "--cluster", cluster), path)
@@ -476,7 +465,7 @@ def test_boundary_numbers_are_accepted(argv):
 
 def test_search_with_zero_iterations_writes_nothing(tmp_path, capsys):
     graph = tmp_path / "g.json"
-    save_graph(small_graph(), graph)
+    save_graph(tiny(), graph)
     with pytest.raises(SystemExit) as exc:
         main(["search", str(graph), "--iterations", "0", "--no-mlflow", "--out", str(tmp_path / "run")])
     assert exc.value.code == 2 and not (tmp_path / "run").exists()
@@ -486,6 +475,6 @@ def test_search_with_zero_iterations_writes_nothing(tmp_path, capsys):
                                   "gpu=2001-13-01"])
 def test_bad_kind_speedup_is_one_line(tmp_path, capsys, pair):
     graph = tmp_path / "g.json"
-    save_graph(small_graph(), graph)
+    save_graph(tiny(), graph)
     code, err = run(capsys, "profile", graph, "--kind-speedup", pair)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--kind-speedup" in err, err

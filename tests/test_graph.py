@@ -7,21 +7,12 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from conftest import tiny
 from trinity.errors import FormatError, GraphError, TrinityError
 from trinity.graph import Edge, Op, OpGraph, load_graph, save_graph
 from trinity.graph.synthetic import layered_dag
 
 
-def tiny():
-    return OpGraph(
-        [Op("x", "Placeholder", 0.0, output_bytes=(400,)),
-         Op("w", "VariableV2", 1.0, output_bytes=(800,), persistent_bytes=800, colocation_group="w"),
-         Op("read", "Identity", 0.5, output_bytes=(800,), colocation_group="w"),
-         Op("mm", "MatMul", 10.0, flops=2e6, output_bytes=(200, 8), temporary_bytes=64),
-         Op("loss", "Sum", 1.0, compute_us_by_kind={"p100": 0.25}, output_bytes=(4,))],
-        [Edge("x", "mm", 0), Edge("w", "read", 0), Edge("read", "mm", 0), Edge("mm", "loss", 1),
-         Edge("x", "loss", None)],
-        name="tiny", meta={"note": "hand-built"})
 
 
 def test_arrays_and_derived_quantities():
