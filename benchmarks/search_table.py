@@ -15,7 +15,6 @@ import argparse
 import tempfile
 import time
 import warnings
-from pathlib import Path
 
 import pandas as pd
 
@@ -23,6 +22,7 @@ warnings.filterwarnings("ignore")
 
 from trinity.cluster import load_cluster  # noqa: E402
 from trinity.compare import compare_placers  # noqa: E402
+from trinity.fileio import atomic_write_bytes  # noqa: E402
 from trinity.graph import load_graph  # noqa: E402
 from trinity.plots import plot_search_table  # noqa: E402
 from trinity.rl.search import WARM_START_PLACERS, Search, SearchConfig  # noqa: E402
@@ -65,8 +65,7 @@ def main() -> None:
                 print(pd.DataFrame(rows[-1:]).to_string(index=False, header=False), flush=True)
     df = pd.DataFrame(rows)
     print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(args.csv, index=False)
+    atomic_write_bytes(args.csv, df.to_csv(index=False).encode())
     plot_search_table(df, args.plot, title=f"Trinity and Hierarchical ({args.iterations} iterations) vs placers")
 
 
