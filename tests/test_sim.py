@@ -156,6 +156,21 @@ def test_fast_equals_reference_on_random_dags(seed):
     assert fast.step_time_us >= fast.lower_bound_us - 1e-9
 
 
+@pytest.mark.parametrize("n_dev", [63, 64, 65, 128, 1024])
+def test_fast_equals_reference_past_64_devices(n_dev):
+    """Devices past 63 once fell out of an int64 bit mask (a 64-device step time was 0)."""
+    from trinity.graph.synthetic import layered_dag
+
+    graph = layered_dag(400, 700, seed=n_dev, colocated_fraction=0.0)
+    cluster = make_cluster(n_dev, memory_GB=100.0)
+    placement = np.random.default_rng(n_dev).integers(0, n_dev, graph.n_ops)
+    fast, ref = both(graph, cluster, placement)
+    assert fast.step_time_us == ref.step_time_us > 0
+    np.testing.assert_array_equal(fast.op_end, ref.op_end)
+    np.testing.assert_array_equal(fast.peak_memory_bytes, ref.peak_memory_bytes)
+    np.testing.assert_array_equal(fast.transfers, ref.transfers)
+
+
 def test_fast_equals_reference_on_gnmt(reference_gnmt_path):
     from trinity.cluster import load_cluster
     from trinity.graph import load_graph

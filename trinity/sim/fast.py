@@ -145,15 +145,16 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
             _append(ready_head, ready_tail, ready_next, dev[v], v)
 
     # Only devices whose state changed since the last dispatch can start something:
-    # bit d of `compute_dirty` / `send_dirty` marks device d's processor / sender.
-    compute_dirty = (1 << n_dev) - 1
-    send_dirty = 0
-    grown = 0  # devices whose live bytes grew since the peak was last recorded
+    # `compute_dirty[d]` / `send_dirty[d]` mark device d's processor / sender (flags, not the bits of
+    # one integer: an int64 holds 63 devices, and a cluster may have thousands).
+    compute_dirty = np.ones(n_dev, np.bool_)
+    send_dirty = np.zeros(n_dev, np.bool_)
+    grown = np.zeros(n_dev, np.bool_)  # devices whose live bytes grew since the peak was last recorded
     now = 0.0
     while True:
         # Dispatch: idle devices start their oldest ready op, idle senders their oldest transfer.
         for d in range(n_dev):
-            if (compute_dirty >> d) & 1 and slot_item[d] < 0 and ready_head[d] >= 0:
+            if compute_dirty[d] and slot_item[d] < 0 and ready_head[d] >= 0:
                 v = ready_head[d]
                 ready_head[d] = ready_next[v]
                 if ready_head[d] < 0:
@@ -163,7 +164,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     nbytes = tensor_bytes[x_tensor[x]]
                     x_start[x] = now
                     live[x_dst[x]] += nbytes
-                    grown |= 1 << x_dst[x]
+                    grown[x_dst[x]] = True
                     slot_item[d] = v
                     slot_time[d] = now + cpu_share * (latency[d, x_dst[x]] + nbytes / bandwidth[d, x_dst[x]])
                     slot_seq[d] = seq
@@ -173,14 +174,14 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 end[v] = now + duration[v]
                 busy[d] += duration[v]
                 live[d] += temporary[v] + output_total[v]
-                grown |= 1 << d
+                grown[d] = True
                 slot_item[d] = v
                 slot_time[d] = end[v]
                 slot_seq[d] = seq
                 seq += 1
         for d in range(n_dev):
             s = n_dev + d
-            if (send_dirty >> d) & 1 and slot_item[s] < 0 and out_head[d] >= 0:
+            if send_dirty[d] and slot_item[s] < 0 and out_head[d] >= 0:
                 x = out_head[d]
                 out_head[d] = x_next[x]
                 if out_head[d] < 0:
@@ -190,13 +191,13 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 if cpu_share == 0.0:
                     x_start[x] = now
                     live[x_dst[x]] += nbytes
-                    grown |= 1 << x_dst[x]
+                    grown[x_dst[x]] = True
                 slot_item[s] = x
                 slot_time[s] = x_end[x]
                 slot_seq[s] = seq
                 seq += 1
-        compute_dirty = 0
-        send_dirty = 0
+        compute_dirty[:] = False
+        send_dirty[:] = False
 
         # Next completion: earliest time, then earliest started (idle slots hold inf).
         best = -1
@@ -213,9 +214,9 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
         if best_time > now:
             # Every change at `now` is in: record the peak where memory grew.
             for d in range(n_dev):
-                if (grown >> d) & 1 and live[d] > peak[d]:
+                if grown[d] and live[d] > peak[d]:
                     peak[d] = live[d]
-            grown = 0
+            grown[:] = False
             now = best_time
         item = slot_item[best]
         slot_item[best] = -1
@@ -223,13 +224,13 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
         slot_seq[best] = idle
 
         if best < n_dev and item >= n:  # the CPU share of transfer `item - n` is done: to the wire
-            compute_dirty |= 1 << best
+            compute_dirty[best] = True
             _append(out_head, out_tail, x_next, best, item - n)
-            send_dirty |= 1 << best
+            send_dirty[best] = True
         elif best < n_dev:  # op `item` finished on device `best`
             u = item
             du = best
-            compute_dirty |= 1 << du
+            compute_dirty[du] = True
             live[du] -= temporary[u]
             for t in range(tensor_offset[u], tensor_offset[u + 1]):
                 if local_refs[t] == 0:  # output nobody reads
@@ -254,7 +255,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 if t < 0 or dv == du:
                     waiting[v] -= 1
                     if waiting[v] == 0:
-                        compute_dirty |= 1 << dv
+                        compute_dirty[dv] = True
                         _append(ready_head, ready_tail, ready_next, dv, v)
                 elif transfer_of[t * n_dev + dv] < 0:  # a tensor goes once to each consuming device
                     x = n_x
@@ -265,16 +266,16 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     x_dst[x] = dv
                     if cpu_share > 0.0:  # the sender's CPU serialises it first, in turn with ops
                         _append(ready_head, ready_tail, ready_next, du, n + x)
-                        compute_dirty |= 1 << du
+                        compute_dirty[du] = True
                     else:
                         _append(out_head, out_tail, x_next, du, x)
-                        send_dirty |= 1 << du
+                        send_dirty[du] = True
         else:  # transfer `item` arrived
             x = item
             t = x_tensor[x]
             u = tensor_owner[t]
             ds, dd = x_src[x], x_dst[x]
-            send_dirty |= 1 << ds
+            send_dirty[ds] = True
             sent[ds] += tensor_bytes[t]
             recv[dd] += tensor_bytes[t]
             local_refs[t] -= 1
@@ -285,7 +286,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 if out_tensor[k] == t and dev[v] == dd:
                     waiting[v] -= 1
                     if waiting[v] == 0:
-                        compute_dirty |= 1 << dd
+                        compute_dirty[dd] = True
                         _append(ready_head, ready_tail, ready_next, dd, v)
     for d in range(n_dev):
         if live[d] > peak[d]:
