@@ -22,6 +22,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _no_tracking_uri_from_other_tests(monkeypatch):
+    """mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI to the process (and every subprocess):
+    each test starts without it."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
 @pytest.fixture
 def reference_gnmt_path() -> Path:
     if not REFERENCE_GNMT.exists():

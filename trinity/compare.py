@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Iterable
 
 import pandas as pd
-from trinity.progress import progress as progress_bar
 
 from trinity.cluster import Cluster
 from trinity.errors import PlacementError
 from trinity.graph.ir import OpGraph
 from trinity.placers import PLACERS, place
+from trinity.progress import progress as progress_bar
 from trinity.sim import Simulator
 
 COLUMNS = ["cluster", "placer", "step_time_ms", "ratio_to_lower_bound", "peak_comm_MB", "peak_memory_GB",

@@ -40,10 +40,10 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 
 import numpy as np
-from trinity.progress import progress as progress_bar
 
 from trinity.errors import TrinityError
 from trinity.graph.ir import OpGraph
+from trinity.progress import progress as progress_bar
 
 #: Grappler names new nodes "<scope>/<Optimizer>/<Rule>_<op base name>" or "<Optimizer>/<op name>-folded-1".
 _OPTIMIZER_SCOPE = re.compile(r"(?:^|/)(?:ConstantFolding|ArithmeticOptimizer|LayoutOptimizer|Remapper|"

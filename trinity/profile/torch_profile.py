@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 from torch import fx
-from trinity.progress import progress as progress_bar
 
 from trinity.errors import TrinityError
 from trinity.graph.ir import OpGraph
 from trinity.export.torch_graph import build_torch_model, op_nodes, op_type, trace_training_step
+from trinity.progress import progress as progress_bar
 
 
 class _Timer(fx.Interpreter):

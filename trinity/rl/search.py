@@ -40,7 +40,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from trinity.progress import progress as progress_bar
 
 from trinity.cluster import Cluster
 from trinity.errors import TrinityError
@@ -48,6 +47,7 @@ from trinity.features import OpFeatures, op_features
 from trinity.fileio import atomic_write_bytes
 from trinity.graph.ir import OpGraph
 from trinity.placement import Strategy as StrategyFile
+from trinity.progress import progress as progress_bar
 from trinity.reward import MDPEConfig, hierarchical_reward, mdpe_reward
 from trinity.rl.algorithms import EMABaseline, ppo_loss, reinforce_loss
 from trinity.rl.policy import PlacementPolicy, PolicyConfig, Strategy, UnitGraph

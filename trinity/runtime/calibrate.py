@@ -37,11 +37,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
-from trinity.progress import progress as progress_bar
 
 from trinity.cluster import Cluster, cluster_from_dict
 from trinity.errors import TrinityError
 from trinity.graph.ir import OpGraph
+from trinity.progress import progress as progress_bar
 from trinity.runtime.runner import Runner, placed_graph_def
 from trinity.runtime.workers import WorkerError, Workers
 

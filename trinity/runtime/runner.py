@@ -34,13 +34,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-from trinity.progress import progress as progress_bar
 
 from trinity.cluster import Cluster, cluster_from_dict
 from trinity.errors import PlacementError
 from trinity.graph.ir import OpGraph
 from trinity.placement import check_placement
 from trinity.profile.tf_profile import available_memory_bytes
+from trinity.progress import progress as progress_bar
 from trinity.runtime.workers import WorkerError, Workers
 
 RUN_TIMEOUT_S = 300.0
