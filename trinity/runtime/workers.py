@@ -111,7 +111,10 @@ class LocalWorkers(Workers):
         self.hosts = [f"localhost:{p}" for p in ports]
         self.threads = threads
         self.procs: list[subprocess.Popen] = []
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+        # BFC on the CPU too: its allocator counts bytes in use, so traces report each worker's peak
+        # memory (the default CPU allocator reports 0 on some builds and CPUs), as a GPU's BFC does.
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
+               "TF_CPU_ALLOCATOR_USE_BFC": "true"}
         cpus = sorted(os.sched_getaffinity(0))
         try:
             for task in range(n):
