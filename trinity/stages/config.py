@@ -107,7 +107,7 @@ def flat_params(cfg: DictConfig, j: Job, stage: str) -> dict[str, Any]:
     """The config one job used, flattened to ``a.b.c`` keys for MLflow params."""
     sections: dict[str, Any] = {"job": OmegaConf.to_container(cfg.job), "run": {"name": cfg.run.name}}
     sections["model"] = OmegaConf.to_container(cfg.models[j.model], resolve=True)
-    if stage in ("profile",):
+    if stage == "profile":
         sections["profile"] = OmegaConf.to_container(cfg.profile)
     if stage in ("embed", "search"):
         sections["embedding"] = OmegaConf.to_container(cfg.embedding)
