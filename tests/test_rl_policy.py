@@ -1,6 +1,9 @@
 """The policy: sampling and scoring agree, colocation groups stay whole, strategies map to ops."""
 
+from dataclasses import replace
+
 import numpy as np
+import pytest
 import torch
 
 from trinity.features import op_features
@@ -30,15 +33,22 @@ def test_units_merge_colocation_groups():
     assert abs(float(ug.compute_share.sum()) - 1.0) < 1e-6
 
 
-def test_sampled_logp_matches_parallel_scoring():
+@pytest.mark.parametrize("noise", [0.0, 0.5])
+def test_sampled_logp_matches_parallel_scoring(noise):
+    """The compiled decoder and the batched scorer agree on the distribution sampled, noise and dropout included."""
     _, _, policy = make_policy()
-    strategy = policy.sample(5, torch.Generator().manual_seed(1))
-    policy.eval()
+    policy.train()
+    strategy = policy.sample(5, torch.Generator().manual_seed(1), noise=noise)
+    assert strategy.dropout_seed is not None
     with torch.no_grad():
         logp, entropy = policy.log_prob(strategy)
+        other_mask, _ = policy.log_prob(replace(strategy, dropout_seed=strategy.dropout_seed + 1))
+        no_noise, _ = policy.log_prob(replace(strategy, noise=0.0))
     assert logp.shape == (5, 9 + 4)
     torch.testing.assert_close(logp, strategy.logp, rtol=1e-5, atol=1e-5)
     assert float(entropy) > 0
+    assert not torch.allclose(logp, other_mask, atol=1e-4)  # the mask is part of the distribution
+    assert torch.allclose(logp, no_noise, atol=1e-4) == (noise == 0)  # and so is the noise
 
 
 def test_placements_keep_groups_together_and_are_reproducible():

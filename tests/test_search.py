@@ -227,13 +227,30 @@ def test_overlapped_batches_come_from_the_policy_before_the_update(tmp_path):
     s = Search(two_chains(), cluster(), config("trinity", 5), tmp_path, progress=False)
     assert s.overlap and not Search(two_chains(), cluster(), config("hierarchical", 5), tmp_path / "h",
                                     progress=False).overlap
-    before = copy.deepcopy(s.policy).eval()
+    before = copy.deepcopy(s.policy)
     s.step()
     ahead = s._take_next()
     assert not all(torch.equal(a, b) for a, b in zip(before.parameters(), s.policy.parameters()))  # updated
     with torch.no_grad():  # PPO's logp_old is the sampling (pre-update) policy's, so the ratio corrects the lag
         logp, _ = before.log_prob(ahead.strategy)
-    assert torch.allclose(logp, ahead.strategy.logp, atol=1e-5)
+    assert torch.equal(logp, ahead.strategy.logp)
+
+
+def test_ppo_ratio_is_exactly_one_before_the_update(tmp_path):
+    """Old log-probabilities are of the distribution sampled (noise and dropout mask included),
+    computed as the update computes the new ones: before the first update the ratio is 1."""
+    import torch
+
+    cfg = config("trinity", 5)
+    cfg.overlap_sampling = False
+    s = Search(two_chains(), cluster(), cfg, tmp_path, progress=False)
+    batch = s._draw(s.policy, 0)
+    assert batch.noise == cfg.noise_max > 0 and s.cfg.policy.dropout > 0 and batch.strategy.dropout_seed is not None
+    s.policy.train()
+    logp, _ = s.policy.log_prob(batch.strategy)
+    assert torch.equal((logp - batch.strategy.logp).exp(), torch.ones_like(logp))
+    stats = s._update(batch.strategy, torch.zeros(cfg.batch))  # zero advantages: the policy does not move
+    assert stats["losses/approx_kl"] == 0.0 and stats["losses/clipfrac"] == 0.0
 
 
 @pytest.mark.parametrize("overlap", [True, False])

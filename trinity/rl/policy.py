@@ -63,17 +63,36 @@ class PolicyConfig:
 
 @dataclass
 class Strategy:
-    """A batch of sampled strategies: unit -> group and group -> device."""
+    """A batch of sampled strategies: unit -> group and group -> device.
+
+    The distribution a batch was drawn from is the policy with one dropout mask (from
+    ``dropout_seed``) and the exploration noise U(-noise, noise) on every logit (from
+    ``noise_seed``); `PlacementPolicy.log_prob` rebuilds both, so PPO's ratio is the true
+    importance ratio (exactly 1 before an update).
+    """
 
     groups: torch.Tensor  # int64[B, U]
     devices: torch.Tensor  # int64[B, k]
-    #: [B, U + k] log-probability of each decision under the noise-free policy that sampled it
+    #: [B, U + k] log-probability of each decision under the distribution that sampled it
     logp: torch.Tensor | None = None
+    dropout_seed: int | None = None  # None: no dropout
+    noise_seed: int = 0
+    noise: float = 0.0
 
     def placements(self, unit_of_op: np.ndarray) -> np.ndarray:
         """int64[B, N] device of every op."""
         unit_device = torch.gather(self.devices, 1, self.groups).numpy()
         return unit_device[:, unit_of_op]
+
+    def exploration(self, n_groups: int, n_devices: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The noise added to the logits when sampling: [B, U, k] on groups and [B, k, D] on devices."""
+        b, u = self.groups.shape
+        if self.noise <= 0:
+            return torch.zeros(1, 1, 1), torch.zeros(1, 1, 1)
+        gen = torch.Generator().manual_seed(self.noise_seed)
+        on_groups = (torch.rand((b, u, n_groups), generator=gen) * 2 - 1) * self.noise
+        on_devices = (torch.rand((b, n_groups, n_devices), generator=gen) * 2 - 1) * self.noise
+        return on_groups, on_devices
 
 
 class UnitGraph:
@@ -110,8 +129,8 @@ class PlacementPolicy(nn.Module):
         self.type_embedding = nn.EmbeddingBag(vocabulary_size, cfg.type_embedding, mode="mean")
         h1, h2 = cfg.partition_hidden
         self.partition = nn.Sequential(
-            nn.Linear(cfg.type_embedding + unit_graph.numeric.shape[1], h1), nn.ReLU(), nn.Dropout(cfg.dropout),
-            nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, k))
+            nn.Linear(cfg.type_embedding + unit_graph.numeric.shape[1], h1), nn.ReLU(), nn.Identity(),
+            nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, k))  # dropout: in partition_logits, from a seed
         # An addition to the paper: lets a warm start reproduce a placer exactly (see PolicyConfig).
         self.unit_logits = nn.Parameter(torch.zeros(unit_graph.n_units, k)) if cfg.unit_logits else None
         group_features = cfg.type_embedding + unit_graph.numeric.shape[1] + 1 + k
@@ -130,8 +149,16 @@ class PlacementPolicy(nn.Module):
         types = self.type_embedding(self.ug.type_ids, self.ug.type_offsets)
         return torch.cat([types, self.ug.numeric], dim=1)
 
-    def partition_logits(self) -> torch.Tensor:
-        logits = self.partition(self.unit_inputs())  # [U, k]
+    def partition_logits(self, dropout_seed: int | None = None) -> torch.Tensor:
+        """[U, k]; in training mode with a seed, after the hidden layer's dropout mask drawn from that seed
+        (its own generator, not torch's global one, so a sampler thread and an update can share a process)."""
+        first, relu, _, second, relu2, out = self.partition
+        hidden = relu(first(self.unit_inputs()))
+        p = self.cfg.dropout
+        if self.training and dropout_seed is not None and p > 0:
+            keep = torch.rand(hidden.shape, generator=torch.Generator().manual_seed(dropout_seed)) >= p
+            hidden = hidden * keep / (1 - p)
+        logits = out(relu2(second(hidden)))
         return logits if self.unit_logits is None else logits + self.unit_logits
 
     # ------------------------------------------------------------- groups
@@ -175,15 +202,17 @@ class PlacementPolicy(nn.Module):
     def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0) -> Strategy:
         """Sample ``batch`` strategies; ``noise`` adds U(-noise, noise) to every logit (exploration).
 
-        Every random draw is taken up front from ``generator``: units' groups by inverse-CDF
-        sampling, devices by Gumbel-max inside the compiled step-by-step decoder.
+        Every random draw is taken up front from ``generator``: the dropout and noise seeds, units'
+        groups by inverse-CDF sampling, devices by Gumbel-max inside the compiled decoder.
         """
-        was_training = self.training
-        self.eval()
         k, d = self.cfg.num_groups, self.n_devices
-        logits = self.partition_logits()
-        groups = _sample_categorical(logits, batch, generator, noise)
-        logp_groups = F.log_softmax(logits, dim=1)[None].expand(batch, -1, -1).gather(2, groups[:, :, None])[:, :, 0]
+        dropout_seed, noise_seed = (int(x) for x in torch.randint(0, 2 ** 62, (2,), generator=generator))
+        strategy = Strategy(torch.zeros(batch, self.ug.n_units, dtype=torch.long), torch.zeros(batch, k, dtype=torch.long),
+                            dropout_seed=dropout_seed if self.training else None, noise_seed=noise_seed, noise=noise)
+        on_groups, on_devices = strategy.exploration(k, d)
+        logits = self.partition_logits(strategy.dropout_seed)[None] + on_groups  # [B or 1, U, k]
+        groups = _sample_categorical(logits.expand(batch, -1, -1), generator)
+        logp_groups = F.log_softmax(logits, dim=2).expand(batch, -1, -1).gather(2, groups[:, :, None])[:, :, 0]
         enc, (h, c) = self.encoder(self.project(self.group_embeddings(groups)))
         dec = self.decoder
         layers = range(dec.num_layers)
@@ -193,50 +222,49 @@ class PlacementPolicy(nn.Module):
             [getattr(dec, f"weight_hh_l{i}") for i in layers], [getattr(dec, f"bias_ih_l{i}") for i in layers],
             [getattr(dec, f"bias_hh_l{i}") for i in layers], self.combine.weight, self.combine.bias,
             self.device_logits.weight, self.device_logits.bias, self.cfg.logit_scale, self.cfg.logit_temperature,
-            _perturbation((k, batch, d), generator, noise), d)
-        self.train(was_training)
-        return Strategy(groups, devices, torch.cat([logp_groups, logp_devices], dim=1))
+            on_devices.expand(batch, k, d).transpose(0, 1), _gumbel((k, batch, d), generator), d)
+        strategy.groups, strategy.devices = groups, devices
+        strategy.logp = torch.cat([logp_groups, logp_devices], dim=1)
+        return strategy
 
     def log_prob(self, strategy: Strategy) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probability of every decision, [B, U + k] (units' groups, then groups' devices),
-        and the mean per-decision entropy."""
-        part = F.log_softmax(self.partition_logits(), dim=1)  # [U, k]
-        logp_part = part[None].expand(strategy.groups.shape[0], -1, -1).gather(2, strategy.groups[:, :, None])
-        sched = F.log_softmax(self.schedule_logits(self.group_embeddings(strategy.groups), strategy.devices), dim=2)
+        """Log-probability of every decision, [B, U + k] (units' groups, then groups' devices), under
+        the distribution that sampled it (its dropout mask and noise), and the mean per-decision entropy."""
+        b = strategy.groups.shape[0]
+        on_groups, on_devices = strategy.exploration(self.cfg.num_groups, self.n_devices)
+        part = F.log_softmax(self.partition_logits(strategy.dropout_seed)[None] + on_groups, dim=2)  # [B|1, U, k]
+        logp_part = part.expand(b, -1, -1).gather(2, strategy.groups[:, :, None])
+        sched = F.log_softmax(self.schedule_logits(self.group_embeddings(strategy.groups), strategy.devices)
+                              + on_devices, dim=2)
         logp_sched = sched.gather(2, strategy.devices[:, :, None])
-        entropy = -(part.exp() * part).sum(1).mean() - (sched.exp() * sched).sum(2).mean()
+        entropy = -(part.exp() * part).sum(2).mean() - (sched.exp() * sched).sum(2).mean()
         return torch.cat([logp_part[:, :, 0], logp_sched[:, :, 0]], dim=1), entropy
 
 
-def _sample_categorical(logits: torch.Tensor, batch: int, generator: torch.Generator, noise: float) -> torch.Tensor:
-    """[batch, U] draws from softmax(logits + U(-noise, noise)) per row of ``logits`` [U, k]."""
-    if noise > 0:
-        logits = logits + (torch.rand((batch,) + logits.shape, generator=generator) * 2 - 1) * noise
-    cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)
-    cdf = cdf.expand((batch,) + cdf.shape[-2:]).contiguous()
-    u = torch.rand((batch, logits.shape[-2], 1), generator=generator) * cdf[..., -1:]
+def _sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """[B, U] draws from softmax(logits) for logits [B, U, k] (inverse CDF)."""
+    cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1).contiguous()
+    u = torch.rand((*logits.shape[:2], 1), generator=generator) * cdf[..., -1:]
     return torch.searchsorted(cdf, u).squeeze(-1).clamp(max=logits.shape[-1] - 1)
 
 
-def _perturbation(shape: tuple[int, ...], generator: torch.Generator, noise: float) -> torch.Tensor:
-    """Gumbel noise (argmax of logits + it samples the softmax), plus U(-noise, noise) exploration."""
-    gumbel = -torch.log(-torch.log(torch.rand(shape, generator=generator).clamp(1e-20, 1.0 - 1e-7)))
-    if noise > 0:
-        gumbel += (torch.rand(shape, generator=generator) * 2 - 1) * noise
-    return gumbel
+def _gumbel(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """Gumbel noise: the argmax of logits + it samples the softmax."""
+    return -torch.log(-torch.log(torch.rand(shape, generator=generator).clamp(1e-20, 1.0 - 1e-7)))
 
 
 @torch.jit.script
 def _decode(enc: torch.Tensor, keys: torch.Tensor, h: list[torch.Tensor], c: list[torch.Tensor],
             embedding: torch.Tensor, w_ih: list[torch.Tensor], w_hh: list[torch.Tensor], b_ih: list[torch.Tensor],
             b_hh: list[torch.Tensor], combine_w: torch.Tensor, combine_b: torch.Tensor, out_w: torch.Tensor,
-            out_b: torch.Tensor, scale: float, temperature: float, perturbation: torch.Tensor,
+            out_b: torch.Tensor, scale: float, temperature: float, exploration: torch.Tensor, gumbel: torch.Tensor,
             go: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The schedule decoder, one group per step (same maths as `PlacementPolicy.schedule_logits`)."""
+    """The schedule decoder, one group per step (same maths as `PlacementPolicy.schedule_logits`);
+    ``exploration`` [k, B, D] is part of the sampled distribution, ``gumbel`` does the sampling."""
     prev = torch.full([enc.size(0)], go, dtype=torch.long)
     devices = []
     logps = []
-    for g in range(perturbation.size(0)):
+    for g in range(gumbel.size(0)):
         x = embedding[prev]
         for layer in range(len(w_ih)):
             state = torch.lstm_cell(x, [h[layer], c[layer]], w_ih[layer], w_hh[layer], b_ih[layer], b_hh[layer])
@@ -247,8 +275,8 @@ def _decode(enc: torch.Tensor, keys: torch.Tensor, h: list[torch.Tensor], c: lis
         weights = torch.softmax((keys * x.unsqueeze(1)).sum(2), 1)
         context = (weights.unsqueeze(2) * enc).sum(1)
         u = F.linear(torch.tanh(F.linear(torch.cat([context, x], 1), combine_w, combine_b)), out_w, out_b)
-        z = scale * torch.tanh(u / temperature)
-        prev = torch.argmax(z + perturbation[g], 1)
+        z = scale * torch.tanh(u / temperature) + exploration[g]
+        prev = torch.argmax(z + gumbel[g], 1)
         devices.append(prev)
         logps.append(torch.log_softmax(z, 1).gather(1, prev.unsqueeze(1)).squeeze(1))
     return torch.stack(devices, 1), torch.stack(logps, 1)

@@ -266,7 +266,10 @@ class Search:
     def _draw(self, policy: PlacementPolicy, iteration: int) -> Batch:
         """Sample a batch from ``policy`` and simulate it (runs on the sampler thread when overlapping)."""
         noise = self._noise(iteration)
-        return self._simulated(policy.sample(self.cfg.batch, self.generator, noise), noise)
+        strategy = policy.sample(self.cfg.batch, self.generator, noise)
+        with torch.no_grad():  # PPO's old log-probabilities, computed exactly as the update computes the new ones
+            strategy.logp = policy.log_prob(strategy)[0]
+        return self._simulated(strategy, noise)
 
     def _simulated(self, strategy: Strategy, noise: float) -> Batch:
         placements = strategy.placements(self.units.unit_of_op)
@@ -287,13 +290,12 @@ class Search:
 
     def _update(self, strategy: Strategy, advantages: torch.Tensor) -> dict[str, float]:
         cfg = self.cfg
-        logp_old = strategy.logp  # from sampling: the noise-free, dropout-free policy
+        logp_old = strategy.logp  # of the distribution sampled: its dropout mask and noise (see Strategy)
         self.policy.train()
         epochs = cfg.ppo_epochs if cfg.method == "trinity" else 1
         stats: dict[str, float] = {}
         for _ in range(epochs):
-            with self._own_rng():  # dropout
-                logp, entropy = self.policy.log_prob(strategy)
+            logp, entropy = self.policy.log_prob(strategy)
             if cfg.method == "trinity":  # every decision is an action sharing its strategy's advantage
                 loss, stats = ppo_loss(logp, logp_old, advantages[:, None].expand_as(logp), cfg.clip)
             else:
@@ -344,9 +346,10 @@ class Search:
         optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.cfg.warm_start_lr, foreach=True)
         self.policy.train()
         for _ in progress_bar(range(self.cfg.warm_start_steps), desc=f"imitating {placer}", disable=not self.progress):
-            with self._own_rng():  # dropout
-                logp_groups = torch.log_softmax(self.policy.partition_logits(), dim=1)
-                schedule = self.policy.schedule_logits(self.policy.group_embeddings(target.groups), target.devices)
+            with self._own_rng():  # the dropout mask's seed
+                dropout_seed = int(torch.randint(0, 2 ** 62, (1,)))
+            logp_groups = torch.log_softmax(self.policy.partition_logits(dropout_seed), dim=1)
+            schedule = self.policy.schedule_logits(self.policy.group_embeddings(target.groups), target.devices)
             logp_device = logp_groups.masked_fill(outside_class, -torch.inf).logsumexp(dim=1)  # [U]
             logp_schedule = torch.log_softmax(schedule, dim=2)[0].gather(1, target.devices[0, :, None])[:, 0]
             loss = -torch.cat([logp_device, logp_schedule]).mean()
@@ -389,7 +392,8 @@ class Search:
             "warm_start": {"placer": self.warm_start_placer, "agreement": self.warm_start_agreement},
             "next_batch": None if ahead is None else {
                 "groups": ahead.strategy.groups, "devices": ahead.strategy.devices,
-                "logp": ahead.strategy.logp, "noise": ahead.noise},
+                "logp": ahead.strategy.logp, "noise": ahead.noise, "dropout_seed": ahead.strategy.dropout_seed,
+                "noise_seed": ahead.strategy.noise_seed},
         }
         buf = io.BytesIO()
         torch.save(state, buf)
@@ -449,7 +453,9 @@ class Search:
         self.warm_start_placer, self.warm_start_agreement = warm.get("placer"), warm.get("agreement")
         ahead = state.get("next_batch")
         if ahead is not None:  # simulation is deterministic: re-simulating gives the same results
-            self._next = self._simulated(Strategy(ahead["groups"], ahead["devices"], ahead["logp"]), ahead["noise"])
+            strategy = Strategy(ahead["groups"], ahead["devices"], ahead["logp"], ahead.get("dropout_seed"),
+                                ahead.get("noise_seed", 0), ahead["noise"])
+            self._next = self._simulated(strategy, ahead["noise"])
 
 
 def _normal(value):
