@@ -178,8 +178,10 @@ def cmd_profile(args) -> None:
 
     out = args.out or args.graph
     speedups = _speedups(args.kind_speedup)
+    if args.speed_model is None:
+        args.speed_model = ["p100", "v100"]
     g, report = profile_graph(args.graph, out, steps=args.steps, warmup=args.warmup, threads=args.threads,
-                              progress=True, kind_speedups=speedups)
+                              progress=True, kind_speedups=speedups, speed_models=args.speed_model)
     for k, v in report.items():
         print(f"{k:>28}: {v}")
     print(f"wrote {out}")
@@ -417,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_int_in(1, MAX_THREADS), default=2)
     p.add_argument("--kind-speedup", action="append", metavar="KIND=X",
                    help="also cost ops for device kind KIND, X times faster than this machine (repeatable)")
+    p.add_argument("--speed-model", action="append", metavar="KIND", default=None,
+                   help="also cost ops for device kind KIND by its roofline (p100, v100, gtx1080ti; repeatable; "
+                        "default: p100 and v100)")
     p.set_defaults(fn=cmd_profile)
 
     p = sub.add_parser("search", help="search a placement with Trinity (PPO) or Hierarchical (REINFORCE)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trinity.cluster import Cluster
+from trinity.errors import TrinityError
 from trinity.graph.ir import OpGraph
 
 
@@ -12,9 +13,11 @@ def op_times(graph: OpGraph, cluster: Cluster) -> np.ndarray:
     """float64[n_ops, n_devices]: microseconds op i takes on device d.
 
     In order of preference: a time measured or fitted for the device's kind
-    (``compute_us_by_kind``); the profiled time scaled by the device's
-    relative speed; FLOPs over the device's FLOP/s; else zero (an op nobody
-    costed, such as a constant, is free).
+    (``compute_us_by_kind``, e.g. from a roofline speed model); the profiled
+    time scaled by the device's relative speed; FLOPs over the device's FLOP/s;
+    else zero (an op nobody costed, such as a constant, is free). An op timed
+    for other kinds only, on a kind with none of these, is refused: it has no
+    cost there, and pricing it at zero would make that kind look free.
     """
     n, d = graph.n_ops, cluster.n_devices
     speed = np.array([dev.speed for dev in cluster.devices])
@@ -29,4 +32,9 @@ def op_times(graph: OpGraph, cluster: Cluster) -> np.ndarray:
             t = op.compute_us_by_kind.get(dev.kind)
             if t is not None:
                 times[i, j] = t
+            elif op.compute_us is None and op.compute_us_by_kind and not (op.flops and dev.flops_per_s):
+                raise TrinityError(f"op {op.name!r} has times for {sorted(op.compute_us_by_kind)} but none for "
+                                   f"device kind {dev.kind!r} ({dev.name}), and no measured time or FLOP rate "
+                                   f"to derive one: profile with a speed model for {dev.kind!r}",
+                                   source=graph.source, field="compute_us_by_kind")
     return times

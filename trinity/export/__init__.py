@@ -60,14 +60,17 @@ def export_model(name: str, out: str | os.PathLike, batch_size: int | None = Non
 
 def profile_graph(path: str | os.PathLike, out: str | os.PathLike, *, steps: int = 10, warmup: int = 3,
                   threads: int = 2, progress: bool = True,
-                  kind_speedups: dict[str, float] | None = None) -> tuple[OpGraph, dict]:
+                  kind_speedups: dict[str, float] | None = None,
+                  speed_models: list[str] | None = None) -> tuple[OpGraph, dict]:
     """Measure every op of an exported graph on this machine; write the costed graph to ``out``.
 
-    ``kind_speedups`` maps other device kinds (``p100``) to how many times
-    faster than this machine they run the fitted model; their predicted
-    times go into each op's ``compute_us_by_kind``.
+    Times on other device kinds go into each op's ``compute_us_by_kind``: ``speed_models``
+    names kinds costed by their roofline (`trinity.profile.speed_model`), ``kind_speedups``
+    maps kinds to how many times faster than this machine they run the fitted model (a
+    cruder model; where both name a kind, the speedup wins).
     """
     from trinity.profile.cost_model import apply_cost_models, fit_cost_model, fit_report
+    from trinity.profile.speed_model import apply_speed_models
 
     graph = load_graph(path)
     framework = graph.meta.get("framework")
@@ -92,6 +95,7 @@ def profile_graph(path: str | os.PathLike, out: str | os.PathLike, *, steps: int
     report = {**report, "cost_model": fit_report(model, [profiled], observed)}
     others = [model.scaled(kind, speedup) for kind, speedup in (kind_speedups or {}).items()]
     costed = apply_cost_models(profiled, [model] + others, measured=observed[0])
+    costed = apply_speed_models(costed, list(speed_models or []))
     costed = _with_meta(costed, profile=report, profiled_on=LOCAL_KIND)
     save_graph(costed, out)
     return costed, report

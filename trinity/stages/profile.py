@@ -25,7 +25,8 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
         p = cfg.profile
         graph, report = profile_graph(src, out, steps=p.steps, warmup=p.warmup, threads=p.threads,
                                       progress=True,
-                                      kind_speedups={k: float(v) for k, v in p.kind_speedup.items()})
+                                      kind_speedups={k: float(v) for k, v in p.kind_speedup.items()},
+                                      speed_models=list(p.speed_models))
     numbers = {k: v for k, v in _flat(report).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     numbers["profile/seconds"] = time.perf_counter() - t0
     write_json(out.with_name("profile.json"), {"ops": graph.n_ops, "edges": graph.n_edges, **numbers})
