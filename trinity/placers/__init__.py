@@ -3,7 +3,7 @@
 Importing this package registers every placer in `PLACERS`.
 """
 
-from trinity.placers import expert, m_etf, m_sct, m_topo, metis, simple  # noqa: F401
+from trinity.placers import annealing, exhaustive, expert, m_etf, m_sct, m_topo, metis, simple  # noqa: F401
 from trinity.placers.base import PLACERS, PlacerResult, get_placer, place, place_each
 
 __all__ = ["PLACERS", "PlacerResult", "get_placer", "place", "place_each"]

@@ -1,0 +1,62 @@
+"""The same-budget peers of the RL searches: simulated annealing and the exact optimum."""
+
+import numpy as np
+import pytest
+
+from conftest import make_cluster
+from trinity.errors import PlacementError
+from trinity.graph import Edge, Op, OpGraph
+from trinity.placers import place
+from trinity.placers.annealing import anneal
+from trinity.placers.exhaustive import optimum
+
+
+def two_chains(tensor_bytes=10):
+    """a1 -> a2 and b1 -> b2, 50 us each, joined only at the end by a 0-us sum."""
+    ops = [Op(n, "MatMul", 50.0, output_bytes=(tensor_bytes,)) for n in ("a1", "a2", "b1", "b2")]
+    ops.append(Op("sum", "Add", 0.0, output_bytes=(4,)))
+    return OpGraph(ops, [Edge("a1", "a2"), Edge("b1", "b2"), Edge("a2", "sum"), Edge("b2", "sum")])
+
+
+def test_optimum_splits_independent_chains():
+    g = two_chains()
+    c = make_cluster(2, latency_us=2.0)  # 10 bytes at 1,000 bytes/us: 2.01 us per transfer
+    best = optimum(g, c)
+    # one chain per device, the sum beside one of them: 100 us of work + one 2.01 us transfer
+    assert best.step_time_us == pytest.approx(102.01)
+    assert best.candidates == 2 ** 4  # interchangeable devices: unit 0 stays on device 0
+    p = best.placement
+    assert p[0] == p[1] and p[2] == p[3] and p[0] != p[2]
+
+
+def test_optimum_keeps_a_chain_with_heavy_tensors_together():
+    g = two_chains(tensor_bytes=1_000_000)  # 1 ms per transfer, far more than the 100 us saved
+    best = optimum(g, make_cluster(2))
+    assert best.step_time_us == pytest.approx(200.0)
+    assert len(set(best.placement.tolist())) == 1
+
+
+def test_optimum_refuses_what_it_cannot_enumerate():
+    ops = [Op(f"o{i}", "Add", 1.0, output_bytes=(4,)) for i in range(30)]
+    g = OpGraph(ops, [Edge(f"o{i}", f"o{i + 1}") for i in range(29)])
+    with pytest.raises(PlacementError, match="30 units on 4 devices is 2.88e\\+17 candidates"):
+        optimum(g, make_cluster(4))
+
+
+def test_annealing_reaches_the_optimum_within_its_budget():
+    g, c = two_chains(), make_cluster(2)
+    start = place("single", g, c).placement
+    result = anneal(g, c, start, budget=200, seed=0)
+    assert result.step_time_us == pytest.approx(optimum(g, c).step_time_us)
+    assert result.calls <= 200
+    steps = [s for _, _, s, _ in result.curve]
+    assert steps[0] == pytest.approx(200.0) and steps == sorted(steps, reverse=True)
+    again = anneal(g, c, start, budget=200, seed=0)  # same seed, same search
+    assert np.array_equal(again.placement, result.placement) and again.curve[-1][0] == result.curve[-1][0]
+
+
+def test_annealing_is_registered_as_a_placer():
+    g, c = two_chains(), make_cluster(2)
+    assert place("annealing", g, c, seed=1, budget=100).placement.shape == (5,)
+    with pytest.raises(PlacementError, match="budget"):
+        anneal(g, c, np.zeros(5, np.int64), budget=0)
