@@ -4,11 +4,13 @@ A cluster is a YAML file (a Hydra config group: ``trinity/conf/cluster/``)::
 
     name: p100x4
     devices:
-      - {name: gpu0, kind: p100, speed: 1.0, memory_GB: 11}
+      - {name: gpu0, kind: p100, speed: 1.0, memory_GB: 11, node: host0}
     default_link: {bandwidth_GBps: 5.7, latency_us: 134}
     links:                      # optional, override the default per pair
       - {src: gpu0, dst: gpu1, bandwidth_GBps: 20, latency_us: 10, symmetric: true}
 
+``node`` (optional) names the machine a device is in; data-parallel schemes with
+node-local groups (DASO) group devices by it. A device without one is a node of its own.
 ``speed`` is throughput relative to the device the graph was profiled on
 (an op measured at 100 us takes 50 us on a speed-2 device) unless the op has
 a time measured or fitted for the device's ``kind``. ``flops_per_s`` costs
@@ -42,6 +44,12 @@ class Device:
     memory_bytes: int
     speed: float = 1.0
     flops_per_s: float = 0.0
+    node: str = ""  # the machine (or group of local processes) the device is in; "" = a node of its own
+
+    @property
+    def node_name(self) -> str:
+        """The node this device belongs to: ``node`` when given, else the device's own name."""
+        return self.node or self.name
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,11 @@ class Cluster:
     @property
     def device_names(self) -> list[str]:
         return [d.name for d in self.devices]
+
+    @property
+    def nodes(self) -> list[str]:
+        """Each device's node name (devices that share one talk over intra-node links)."""
+        return [d.node_name for d in self.devices]
 
     @property
     def memory(self) -> np.ndarray:
@@ -83,7 +96,8 @@ class Cluster:
             "name": self.name,
             **({"send_cpu_share": self.send_cpu_share} if self.send_cpu_share else {}),
             "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
-                         **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {})} for d in self.devices],
+                         **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {}),
+                         **({"node": d.node} if d.node else {})} for d in self.devices],
             "links": [{"src": names[s], "dst": names[t], "bandwidth_GBps": float(self.bandwidth[s, t]) / 1e3,
                        "latency_us": float(self.latency[s, t]), "symmetric": False}
                       for s in range(len(names)) for t in range(len(names)) if s != t],
@@ -135,8 +149,13 @@ def _devices(raw: Any, source: str) -> list[Device]:
         kind = d.get("kind", "default")
         if not isinstance(kind, (str, int)) or isinstance(kind, bool):  # YAML reads `kind: 100` as a number
             raise ClusterError(f"must be a string, got {short_repr(kind)}", source=source, field=f"{w}.kind")
+        node = d.get("node", "")
+        if not isinstance(node, (str, int)) or isinstance(node, bool) or (isinstance(node, str) and not node
+                                                                          and "node" in d):
+            raise ClusterError(f"must be a non-empty string, got {short_repr(node)}", source=source,
+                               field=f"{w}.node")
         devices.append(Device(
-            name=d["name"], kind=str(kind),
+            name=d["name"], kind=str(kind), node=str(node),
             memory_bytes=int(_number(d, "memory_GB", w, source, positive=True, limit=MAX_MEMORY_GB) * 1e9),
             speed=_number(d, "speed", w, source, positive=True, default=1.0),
             flops_per_s=_number(d, "flops_per_s", w, source, positive=False, default=0.0),

@@ -1,0 +1,150 @@
+"""Predicted cost of one training step of DDP, the plain parameter server, DASO and H-PS on a `Cluster`.
+
+The model is given by plain numbers (`DataParallelWork`): compute time per sample on a speed-1 device,
+parameter bytes, activation bytes per sample. Device i of speed v_i computes its share s_i in
+``us_per_sample * s_i / v_i``; a transfer of b bytes from s to d takes ``latency[s, d] + b / bandwidth[s, d]``.
+
+* ddp: equal shares; a ring all-reduce of the gradients over all devices in index order, after the
+  computation: 2 (P - 1) steps, each as slow as the ring's slowest edge, 2 (P - 1) / P * n bytes each.
+* ps: equal shares; the server (device 0) receives every gradient and sends every copy of the
+  parameters through its own links one after the other (one network card).
+* daso: equal shares; every step a ring all-reduce of the gradients inside each node; every B steps
+  the global group (one device per node) all-reduces the parameters and the node broadcasts them. The
+  global sum overlaps S steps of computation, so its exposed part max(0, t_global - S * t_step) and
+  the node broadcast are paid once per B steps (amortised: divided by B). Cycling phase: B = 4, S = 1.
+* hps: shares in proportion to speed (`batch_shares`); the exchange (gradients in at 32 bits,
+  parameters out at ``bits``) overlaps the next step's computation, so a step takes the longer of the two.
+
+Memory per device: parameters, gradients and ``optimizer_slots`` optimizer states (the server holds
+its master copy and optimizer besides), plus the activations of its share of the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trinity.cluster import Cluster
+from trinity.data_parallel.config import METHODS, DataParallelError
+from trinity.data_parallel.hps import batch_shares
+from trinity.step_cost import StepCost
+
+
+@dataclass(frozen=True)
+class DataParallelWork:
+    """What one training step of a model costs, in plain numbers (a `LayerProfile` reduces to these)."""
+
+    us_per_sample: float  # forward + backward per sample on a speed-1 device
+    param_bytes: float
+    batch: int  # global batch, split over the devices
+    activation_bytes_per_sample: float = 0.0
+    optimizer_slots: int = 1  # SGD with momentum: 1 buffer per parameter
+
+    def validate(self) -> "DataParallelWork":
+        for name in ("us_per_sample", "param_bytes"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
+                raise DataParallelError(f"must be a finite number > 0, got {v!r}", field=name)
+        if not isinstance(self.batch, int) or self.batch < 1:
+            raise DataParallelError(f"must be an integer >= 1, got {self.batch!r}", field="batch")
+        if self.activation_bytes_per_sample < 0 or self.optimizer_slots < 0:
+            raise DataParallelError("must be >= 0", field="activation_bytes_per_sample")
+        return self
+
+
+def _ring_allreduce_us(cluster: Cluster, ranks: list[int], nbytes: float) -> float:
+    k = len(ranks)
+    if k <= 1:
+        return 0.0
+    edges = [(ranks[i], ranks[(i + 1) % k]) for i in range(k)]
+    lat = max(cluster.latency[s, d] for s, d in edges)
+    bw = min(cluster.bandwidth[s, d] for s, d in edges)
+    chunk = nbytes / k
+    return 2 * (k - 1) * (lat + chunk / bw)
+
+
+def _star_us(cluster: Cluster, server: int, nbytes: float, inbound: bool) -> float:
+    """All workers to the server (or back): the server's link moves the copies one after the other."""
+    others = [w for w in range(cluster.n_devices) if w != server]
+    if not others:
+        return 0.0
+    lat = max((cluster.latency[w, server] if inbound else cluster.latency[server, w]) for w in others)
+    return float(lat + sum(nbytes / (cluster.bandwidth[w, server] if inbound else cluster.bandwidth[server, w])
+                           for w in others))
+
+
+def _nodes(cluster: Cluster) -> list[list[int]]:
+    names: dict[str, list[int]] = {}
+    for i, node in enumerate(cluster.nodes):
+        names.setdefault(node, []).append(i)
+    return list(names.values())
+
+
+def step_cost(method: str, cluster: Cluster, work: DataParallelWork, *, global_skip: int = 4, wait: int = 1,
+              bits: int = 8) -> StepCost:
+    """One step of ``method`` (ddp, ps, daso, hps) on ``cluster``: time, exposed communication, bytes, memory."""
+    if method not in METHODS:
+        raise DataParallelError(f"unknown method {method!r}; methods are {', '.join(METHODS)}", field="method")
+    work.validate()
+    P = cluster.n_devices
+    if work.batch < P:
+        raise DataParallelError(f"must be at least one sample per device ({P}), got {work.batch}", field="batch")
+    speeds = np.array([d.speed for d in cluster.devices], dtype=float)
+    n = float(work.param_bytes)
+    equal = np.array(batch_shares([1.0] * P, work.batch), dtype=float)
+    shares = np.array(batch_shares(list(speeds), work.batch), dtype=float) if method == "hps" else equal
+    compute = work.us_per_sample * shares / speeds
+    t_compute = float(compute.max())
+    sent = np.zeros(P)
+    recv = np.zeros(P)
+    memory = n * (2 + work.optimizer_slots) + work.activation_bytes_per_sample * shares
+
+    if method == "ddp":
+        comm = _ring_allreduce_us(cluster, list(range(P)), n)
+        sent[:] = recv[:] = 2 * (P - 1) / P * n if P > 1 else 0.0
+        step = t_compute + comm
+        exposed = comm
+    elif method in ("ps", "hps"):
+        down = n * (bits / 32 if method == "hps" else 1.0)
+        t_up, t_down = _star_us(cluster, 0, n, True), _star_us(cluster, 0, down, False)
+        sent[1:], recv[1:] = n, down
+        sent[0], recv[0] = (P - 1) * down, (P - 1) * n
+        memory[0] += n * (1 + work.optimizer_slots)  # the master copy and its optimizer
+        comm = t_up + t_down
+        step = max(t_compute, comm) if method == "hps" else t_compute + comm
+        exposed = step - t_compute
+    else:  # daso
+        nodes = _nodes(cluster)
+        k = len(nodes[0])
+        if any(len(g) != k for g in nodes):
+            raise DataParallelError(f"DASO needs the same number of devices on every node, got "
+                                    f"{[len(g) for g in nodes]}", field="cluster.nodes")
+        if global_skip < 1 or not 0 <= wait <= global_skip:
+            raise DataParallelError(f"need B >= 1 and 0 <= S <= B, got B={global_skip}, S={wait}",
+                                    field="global_skip")
+        t_local = max(_ring_allreduce_us(cluster, g, n) for g in nodes)
+        global_group = [g[0] for g in nodes]
+        t_global = _ring_allreduce_us(cluster, global_group, n)
+        t_bcast = max((max(cluster.transfer_us(g[0], d, n) for d in g[1:]) if len(g) > 1 else 0.0)
+                      for g in nodes)
+        base = t_compute + t_local
+        exposed_global = max(0.0, t_global - wait * base)
+        step = base + (exposed_global + t_bcast) / global_skip
+        exposed = step - t_compute
+        m = len(nodes)
+        local_bytes = 2 * (k - 1) / k * n if k > 1 else 0.0
+        sent[:] = recv[:] = local_bytes
+        for g in nodes:  # amortised: one global send and one node broadcast per B steps
+            sent[g[0]] += (2 * (m - 1) / m * n if m > 1 else 0.0) / global_skip + (k - 1) * n / global_skip
+            recv[g[0]] += (2 * (m - 1) / m * n if m > 1 else 0.0) / global_skip
+            for d in g[1:]:
+                recv[d] += n / global_skip
+    lower = work.us_per_sample * work.batch / float(speeds.sum())
+    return StepCost(step_time_us=float(step), comm_us=float(exposed), sent_bytes=sent, received_bytes=recv,
+                    memory_bytes=memory, capacity_bytes=cluster.memory.astype(float), lower_bound_us=float(lower))
+
+
+def compare_methods(cluster: Cluster, work: DataParallelWork, **kw) -> dict[str, StepCost]:
+    """Every method's predicted step on ``cluster``, by name."""
+    return {m: step_cost(m, cluster, work, **kw) for m in METHODS}

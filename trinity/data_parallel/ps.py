@@ -1,0 +1,93 @@
+"""A synchronous parameter server on collectives (the plain baseline; H-PS builds on it).
+
+Rank ``server`` (0) holds the float32 master parameters and the optimizer; every rank, the server's
+included, is also a worker. One exchange: the workers' gradients are summed into the server
+(``reduce``; each gradient is its loss sum over the global batch size, so the sum is the global mean
+gradient), the server takes one optimizer step and sends the new parameters to every worker
+(``broadcast``), optionally quantized (`trinity.data_parallel.quantize`).
+
+Collectives rather than ``torch.distributed.rpc``: gloo's reduce and broadcast move exactly a
+parameter server's traffic (each worker's gradient in, each worker's copy out), run under the same
+torchrun launch, the same process groups and the same timeouts as the other methods, and need no RPC
+agent; with one server the RPC's asynchronous calls would buy nothing the link thread does not
+(`Comm.submit` runs an exchange in the background, which is how H-PS overlaps it).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from trinity.data_parallel.comm import Comm
+from trinity.data_parallel.quantize import Quantized, check_bits, code_dtype, dequantize, quantize
+
+
+class ParameterServer:
+    """The server's state (on rank ``server`` only) and the exchange every rank takes part in."""
+
+    def __init__(self, model: torch.nn.Module, comm: Comm, *, lr: float, momentum: float, server: int = 0):
+        self.comm, self.server = comm, server
+        self.ranks = tuple(range(comm.world))
+        self.shapes = [p.shape for p in model.parameters()]
+        self.sizes = [p.numel() for p in model.parameters()]
+        self.master: list[torch.nn.Parameter] = []
+        self.optimizer: torch.optim.Optimizer | None = None
+        if comm.rank == server:
+            self.master = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()]
+            self.optimizer = torch.optim.SGD(self.master, lr=lr, momentum=momentum)
+
+    @property
+    def is_server(self) -> bool:
+        return self.comm.rank == self.server
+
+    def exchange(self, grad: torch.Tensor, bits: int | None = None) -> torch.Tensor:
+        """Send this worker's flat gradient; the new flat parameters every worker computes with next.
+
+        Blocking; runs on the link thread (`Comm.submit`), since its collectives cross nodes.
+        """
+        grad = grad.clone()
+        self.comm.reduce(grad, self.server, self.ranks)
+        if self.is_server:
+            offset = 0
+            for p, n in zip(self.master, self.sizes):
+                p.grad = grad[offset:offset + n].view_as(p).clone()
+                offset += n
+            self.optimizer.step()
+        if bits is None:
+            flat = parameters_to_vector(self.master) if self.is_server else torch.empty(sum(self.sizes))
+            self.comm.broadcast_inline(flat.detach(), self.server, self.ranks)
+            return flat.detach()
+        return self._broadcast_quantized(check_bits(bits))
+
+    def _broadcast_quantized(self, bits: int) -> torch.Tensor:
+        """Per-tensor codes in one buffer, and (lo, scale) of each tensor in another."""
+        if self.is_server:
+            parts = [quantize(p.detach(), bits) for p in self.master]
+            codes = torch.cat([q.codes.reshape(-1) for q in parts])
+            meta = torch.tensor([[q.lo, q.scale] for q in parts], dtype=torch.float32)
+        else:
+            codes = torch.empty(sum(self.sizes), dtype=code_dtype(bits))
+            meta = torch.empty(len(self.sizes), 2, dtype=torch.float32)
+        # gloo broadcasts no int16: 16-bit codes travel as their bytes (the same number of bytes)
+        self.comm.broadcast_inline(codes.view(torch.uint8), self.server, self.ranks)
+        self.comm.broadcast_inline(meta, self.server, self.ranks)
+        out, offset = [], 0
+        for (lo, scale), n in zip(meta.tolist(), self.sizes):
+            out.append(dequantize(Quantized(codes[offset:offset + n], lo, scale, bits)))
+            offset += n
+        return torch.cat(out)
+
+    def load_into(self, model: torch.nn.Module, flat: torch.Tensor) -> None:
+        with torch.no_grad():
+            vector_to_parameters(flat, model.parameters())
+
+    def state_dict(self) -> dict:
+        return {"master": [p.detach() for p in self.master],
+                "optimizer": self.optimizer.state_dict() if self.optimizer else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.is_server:
+            with torch.no_grad():
+                for p, saved in zip(self.master, state["master"]):
+                    p.copy_(saved)
+            self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,270 @@
+"""The data-parallel worker program (``python -m trinity.data_parallel.train``, under torchrun) and its launcher.
+
+`train(method, seed=..., config=..., out_dir=..., timeout_s=...)` runs one training on local processes
+through `trinity.runtime.torchrun.run_torchrun` and returns the merged result: method, seed, data set,
+wall time to the target validation loss, final validation loss and accuracy, bytes sent (per rank and
+in total, counted by `Comm`), and the validation loss against wall time (one point per epoch).
+
+Every method trains the same MLP on the same batches for the same number of epochs; a step is one
+global batch of ``global_batch`` samples split over the workers (equally, or by speed for H-PS). The
+wall clock starts after a barrier once every rank is set up and leaves out rank 0's evaluation and
+checkpoint writing. Rank 0 writes ``checkpoint.pt`` (model, optimizer or server state, schedule,
+curve) atomically after every epoch; ``resume=True`` continues from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from trinity.data_parallel.config import METHODS, DataParallelError, TrainConfig
+from trinity.fileio import atomic_write_bytes, read_json, write_json
+
+MODULE = "trinity.data_parallel.train"
+CHECKPOINT = "checkpoint.pt"
+
+
+# ====================================================================== inside a worker
+def _flat_grad(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def _set_grad(model: torch.nn.Module, flat: torch.Tensor) -> None:
+    offset = 0
+    for p in model.parameters():
+        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+        offset += p.numel()
+
+
+@torch.no_grad()
+def _evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    out = model(x)
+    return float(F.cross_entropy(out, y)), float((out.argmax(1) == y).float().mean())
+
+
+def _save(path: Path, state: dict) -> None:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: bool = False,
+           max_steps: int | None = None, die_rank: int | None = None, die_step: int | None = None,
+           dump_params: bool = False) -> dict:
+    """One rank's training; rank 0's result carries the curve and the model's final scores."""
+    import torch.distributed as dist
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+    from trinity.data_parallel.comm import Comm
+    from trinity.data_parallel.daso import DasoSchedule, DasoSync
+    from trinity.data_parallel.data import load, mlp
+    from trinity.data_parallel.hps import SpeedMeter, batch_shares
+    from trinity.data_parallel.ps import ParameterServer
+    from trinity.data_parallel.quantize import precision_for
+    from trinity.runtime.torchrun import init_worker, throttle
+
+    rank, world = init_worker()
+    if world != cfg.nproc:
+        raise DataParallelError(f"launched on {world} ranks, config says {cfg.nproc}", field="nproc")
+    comm = Comm(rank, world, cfg.procs_per_node, cfg.link)
+    data = load(cfg.data)
+    model = mlp(cfg.hidden, seed)
+    G = cfg.global_batch
+    all_ranks = tuple(range(world))
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum) \
+        if method in ("ddp", "daso") else None
+    ps_momentum = cfg.hps.stale_momentum if method == "hps" and cfg.hps.overlap else cfg.momentum
+    server = ParameterServer(model, comm, lr=cfg.lr, momentum=ps_momentum) if method in ("ps", "hps") else None
+    schedule = DasoSchedule(cfg.daso, total_epochs=cfg.epochs) if method == "daso" else None
+    daso = DasoSync(model, comm, schedule, world) if schedule else None
+    shares = batch_shares([1.0] * world, G)
+    meter = SpeedMeter(cfg.hps.speed_smoothing)
+    steps = len(data.x_train) // G if max_steps is None else max_steps
+    epoch_losses: list[float] = []
+    curve: list[dict] = []
+    history: list[dict] = []  # per epoch: DASO's (B, local skip, S) or H-PS's shares and bits
+    start_epoch, elapsed_before = 0, 0.0
+    ckpt = out_dir / CHECKPOINT
+    if resume and ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        if optimizer is not None:
+            optimizer.load_state_dict(state["optimizer"])
+        if server is not None:
+            server.load_state_dict(state["server"])
+        if schedule is not None:
+            schedule.load(state["schedule"])
+        shares, epoch_losses, curve = state["shares"], state["epoch_losses"], state["curve"]
+        history = state["history"]
+        start_epoch, elapsed_before = state["epoch"] + 1, state["elapsed_s"]
+    slowdown = cfg.slowdown if rank in cfg.slow_ranks else 1.0
+    compute_s, overhead_s, global_step = 0.0, 0.0, 0
+    pending = None  # H-PS: the exchange in flight
+    dist.barrier()
+    t0 = time.perf_counter() - elapsed_before
+
+    def clock() -> float:
+        return time.perf_counter() - t0 - overhead_s
+
+    for epoch in range(start_epoch, cfg.epochs):
+        perm = torch.randperm(len(data.x_train), generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+        bits = precision_for(epoch_losses, coarse_bits=cfg.hps.coarse_bits, fine_bits=cfg.hps.fine_bits,
+                             threshold=cfg.hps.plateau_threshold) if method == "hps" else None
+        if daso is not None:
+            daso.start_epoch(steps)
+            history.append({"epoch": epoch, "B": schedule.global_skip, "local_skip": schedule.local_skip,
+                            "S": schedule.wait})
+        elif method == "hps":
+            history.append({"epoch": epoch, "shares": list(shares), "bits": bits})
+        loss_sum = 0.0
+        for step in range(steps):
+            if rank == die_rank and global_step == die_step:
+                os.kill(os.getpid(), signal.SIGKILL)  # fault injection for the tests
+            idx = perm[(step * G) % len(perm):][:G]
+            first = sum(shares[:rank])
+            mine = idx[first:first + shares[rank]]
+            tc = time.perf_counter()
+            with throttle(slowdown):
+                model.zero_grad(set_to_none=False)
+                loss = F.cross_entropy(model(data.x_train[mine]), data.y_train[mine], reduction="sum")
+                (loss / G).backward()  # the sum over workers of these is the global batch's mean gradient
+            dt = time.perf_counter() - tc
+            compute_s += dt
+            meter.add(len(mine), dt)
+            loss_sum += float(loss)
+            if method == "ddp":
+                flat = _flat_grad(model)
+                comm.all_reduce(flat, all_ranks)
+                _set_grad(model, flat)
+                optimizer.step()
+            elif method == "daso":
+                daso.after_backward(step)
+                optimizer.step()
+                daso.after_step(step)
+            elif method == "ps":
+                new = comm.submit(lambda g=_flat_grad(model): server.exchange(g)).result()
+                with torch.no_grad():
+                    vector_to_parameters(new, model.parameters())
+            else:  # hps
+                grad = _flat_grad(model)
+                if pending is not None:  # parameters of the previous exchange, received while computing
+                    with torch.no_grad():
+                        vector_to_parameters(pending.result(), model.parameters())
+                pending = comm.submit(lambda g=grad, b=bits: server.exchange(g, b))
+                if not cfg.hps.overlap:
+                    with torch.no_grad():
+                        vector_to_parameters(pending.result(), model.parameters())
+                    pending = None
+                if (global_step + 1) % cfg.hps.rebalance_every == 0:
+                    speeds = comm.world_sum([meter.speed if r == rank else 0.0 for r in range(world)])
+                    shares = batch_shares(speeds, G)
+            global_step += 1
+        if pending is not None:
+            with torch.no_grad():
+                vector_to_parameters(pending.result(), model.parameters())
+            pending = None
+        total_loss, total_n = comm.world_sum([loss_sum, float(steps * G) / world])
+        train_loss = total_loss / total_n
+        epoch_losses.append(train_loss)
+        if schedule is not None:
+            schedule.end_epoch(train_loss)
+        now = clock()
+        if rank == 0:
+            te = time.perf_counter()
+            val_loss, val_acc = _evaluate(model, data.x_val, data.y_val)
+            curve.append({"epoch": epoch, "time_s": now, "train_loss": train_loss, "val_loss": val_loss,
+                          "val_acc": val_acc})
+            _save(ckpt, {"epoch": epoch, "elapsed_s": now, "model": model.state_dict(),
+                         "optimizer": optimizer.state_dict() if optimizer else None,
+                         "server": server.state_dict() if server else None,
+                         "schedule": schedule.to_dict() if schedule else None, "shares": shares,
+                         "epoch_losses": epoch_losses, "curve": curve, "history": history})
+            overhead_s += time.perf_counter() - te
+    result: dict = {"rank": rank, "sent_bytes": comm.sent_bytes, "compute_s": compute_s,
+                    "link_wait_s": comm.link_wait_s, "speed": meter.speed}
+    if dump_params:
+        result["params"] = parameters_to_vector(model.parameters()).tolist()
+    if rank == 0:
+        result.update(train_time_s=clock(), curve=curve, history=history, data=data.name,
+                      resumed_from_epoch=start_epoch if start_epoch else None, shares=shares)
+    comm.close()
+    dist.barrier()
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    from trinity.runtime.torchrun import write_rank_result
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--method", required=True, choices=METHODS)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--config", required=True, help="JSON file of a TrainConfig")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--max-steps", type=int, default=None, help="steps per epoch (default: the whole train set)")
+    p.add_argument("--die-rank", type=int, default=None, help="fault injection: this rank kills itself ...")
+    p.add_argument("--die-step", type=int, default=None, help="... at this step")
+    p.add_argument("--dump-params", action="store_true")
+    a = p.parse_args(argv)
+    cfg = TrainConfig.from_dict(read_json(a.config))
+    write_rank_result(worker(a.method, a.seed, cfg, Path(a.out_dir), resume=a.resume, max_steps=a.max_steps,
+                             die_rank=a.die_rank, die_step=a.die_step, dump_params=a.dump_params))
+
+
+# ====================================================================== the launcher
+def time_to_target(curve: list[dict], target: float) -> float | None:
+    """Wall time of the first evaluation at or below ``target`` (None if never reached)."""
+    for point in curve:
+        if point["val_loss"] <= target:
+            return point["time_s"]
+    return None
+
+
+def train(method: str, *, seed: int = 0, config: TrainConfig | None = None, out_dir: Path,
+          timeout_s: float = 120.0, resume: bool = False, extra_args: list[str] | None = None) -> dict:
+    """Run one training on ``config.nproc`` local processes; the merged result of all ranks.
+
+    Raises `WorkerError` (from run_torchrun) when a rank dies or the run passes ``timeout_s``; every
+    process is stopped by then and ``out_dir/checkpoint.pt`` holds the last finished epoch.
+    """
+    from trinity.runtime.torchrun import run_torchrun
+    if method not in METHODS:
+        raise DataParallelError(f"unknown method {method!r}; methods are {', '.join(METHODS)}", field="method")
+    cfg = (config or TrainConfig()).validate()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path = out_dir / "train_config.json"
+    write_json(cfg_path, cfg.to_dict())
+    args = ["--method", method, "--seed", str(seed), "--config", str(cfg_path.resolve()),
+            "--out-dir", str(out_dir.resolve()), *(["--resume"] if resume else []), *(extra_args or [])]
+    ranks = run_torchrun(MODULE, args, cfg.nproc, out_dir=out_dir, timeout_s=timeout_s, threads=cfg.threads)
+    head = ranks[0]
+    curve = head["curve"]
+    result = {
+        "method": method, "seed": seed, "data": head["data"],
+        "time_to_target_s": time_to_target(curve, cfg.target_val_loss),
+        "target_val_loss": cfg.target_val_loss,
+        "train_time_s": head["train_time_s"],
+        "final_val_loss": curve[-1]["val_loss"] if curve else None,
+        "final_val_acc": curve[-1]["val_acc"] if curve else None,
+        "sent_bytes": float(sum(r["sent_bytes"] for r in ranks)),
+        "sent_bytes_per_rank": [r["sent_bytes"] for r in ranks],
+        "compute_s_per_rank": [r["compute_s"] for r in ranks],
+        "link_wait_s_per_rank": [r["link_wait_s"] for r in ranks],
+        "curve": curve, "history": head["history"], "shares": head["shares"],
+        "resumed_from_epoch": head["resumed_from_epoch"],
+    }
+    if "params" in head:
+        result["params_per_rank"] = [r["params"] for r in ranks]
+    write_json(out_dir / "result.json", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
