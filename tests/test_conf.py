@@ -20,13 +20,13 @@ def test_every_experiment_composes_and_every_job_is_typed(experiment):
     cfg = config.compose([f"experiment={experiment}"])
     assert cfg.run.name == experiment
     for model in cfg.run.models:
-        assert cfg.models[model].name in known_models() or cfg.models[model].source
+        assert cfg.models[model].name in known_models() or cfg.models[model].source or cfg.models[model].synthetic
     for cluster in cfg.run.clusters:
         assert config.cluster(cfg, cluster).n_devices == len(cfg.clusters[cluster].devices)
-    for method in cfg.run.methods:
+    for method in [*cfg.run.placers, *cfg.run.searches]:
         if cfg.methods[method].kind == "search":
             sc = config.search_config(cfg, method, seed=3)
-            assert isinstance(sc, SearchConfig) and sc.seed == 3 and sc.method == method
+            assert isinstance(sc, SearchConfig) and sc.seed == 3 and sc.method == method.removesuffix("-warm")
             assert sc.reward == config.reward(cfg)
     assert set(cfg.run.validate) <= set(cfg.run.models)
 
@@ -38,7 +38,14 @@ def test_experiments_differ_where_they_should():
     assert set(paper.run.models) == {"inception_v3", "nasnet_large", "pnasnet_large", "nmt_2layer", "gnmt"}
     assert set(paper.run.clusters) == {"p100x2", "p100x4"} and len(paper.run.seeds) >= 3
     every_method = {p.stem for p in (CONF / "method").glob("*.yaml")}
-    assert set(default.run.methods) == every_method == set(paper.run.methods)
+    def runs(e):
+        return {*e.run.placers, *e.run.searches, *e.run.data_parallel.methods}
+
+    assert runs(default) == every_method
+    assert runs(paper) == every_method - {"optimum"}  # too large there
+    for experiment in (smoke, default, paper):  # a seeded method runs per seed, a placer once
+        assert {experiment.methods[m].kind for m in experiment.run.searches} <= {"search", "local-search"}
+        assert {experiment.methods[m].kind for m in experiment.run.placers} == {"placer"}
 
 
 @pytest.mark.parametrize("group,table", [("model", "models"), ("method", "methods")])

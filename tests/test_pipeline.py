@@ -66,8 +66,12 @@ def test_smoke_leaves_every_report(smoke):
         assert (reports / name).stat().st_size > 0, name
     assert list((reports / "figures").glob("*.png"))
     strategies = list((smoke / "results" / "search" / "tiny_cnn").glob("p100x2-*-s0/strategy.json"))
-    assert len(strategies) == 8  # every method
+    assert len(strategies) == 10  # every method but the exact optimum, infeasible on this graph:
+    optimum = (smoke / "results" / "search" / "tiny_cnn" / "p100x2-optimum-s0.metrics.json").read_text()
+    assert "79 units on 2 devices" in optimum and "infeasible" in optimum
     assert (smoke / "results" / "validate" / "tiny_cnn" / "results.csv").exists()
+    runs_table = (reports / "data_parallel.csv").read_text()
+    assert all(f"\n{m},0,digits," in runs_table for m in ("ddp", "ps", "daso", "hps")), runs_table
 
 
 def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
@@ -75,9 +79,9 @@ def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
     parent = table[table["tags.trinity.stage"] == "pipeline"]
     assert len(parent) == 1 and parent["status"].iloc[0] == "FINISHED"
     children = table[table["tags.mlflow.parentRunId"] == parent["run_id"].iloc[0]]
-    # export, profile, embed, 8 searches, validate, report
+    # export, profile, embed, 7 placers and 4 searches, validate, 4 data-parallel trainings, report
     assert sorted(children["tags.trinity.stage"].value_counts().items()) == [
-        ("embed", 1), ("export", 1), ("profile", 1), ("report", 1), ("search", 8), ("validate", 1)]
+        ("embed", 1), ("export", 1), ("profile", 1), ("report", 1), ("search", 11), ("train", 4), ("validate", 1)]
     assert set(children["status"]) == {"FINISHED"}
     trinity = children[children["tags.mlflow.runName"] == "search/tiny_cnn-p100x2-trinity-s0"]
     assert trinity["params.method.search.iterations"].iloc[0] == "4"

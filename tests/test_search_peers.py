@@ -24,7 +24,7 @@ def test_optimum_splits_independent_chains():
     best = optimum(g, c)
     # one chain per device, the sum beside one of them: 100 us of work + one 2.01 us transfer
     assert best.step_time_us == pytest.approx(102.01)
-    assert best.candidates == 2 ** 4  # interchangeable devices: unit 0 stays on device 0
+    assert best.candidates == 2 ** 4  # interchangeable devices: one labelling of each of the S(5,1) + S(5,2) = 16 splits
     p = best.placement
     assert p[0] == p[1] and p[2] == p[3] and p[0] != p[2]
 
@@ -39,7 +39,7 @@ def test_optimum_keeps_a_chain_with_heavy_tensors_together():
 def test_optimum_refuses_what_it_cannot_enumerate():
     ops = [Op(f"o{i}", "Add", 1.0, output_bytes=(4,)) for i in range(30)]
     g = OpGraph(ops, [Edge(f"o{i}", f"o{i + 1}") for i in range(29)])
-    with pytest.raises(PlacementError, match="30 units on 4 devices is 2.88e\\+17 candidates"):
+    with pytest.raises(PlacementError, match="30 units on 4 devices is 4.8e\\+16 candidates"):
         optimum(g, make_cluster(4))
 
 
@@ -60,3 +60,22 @@ def test_annealing_is_registered_as_a_placer():
     assert place("annealing", g, c, seed=1, budget=100).placement.shape == (5,)
     with pytest.raises(PlacementError, match="budget"):
         anneal(g, c, np.zeros(5, np.int64), budget=0)
+
+
+def test_one_labelling_per_partition():
+    from trinity.placers.exhaustive import _partitions, _restricted_growth
+
+    got = list(_restricted_growth(4, 2))
+    assert got == [(0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 0, 1, 1),
+                   (0, 1, 0, 0), (0, 1, 0, 1), (0, 1, 1, 0), (0, 1, 1, 1)]
+    assert _partitions(4, 2) == 8 and len(list(_restricted_growth(12, 4))) == _partitions(12, 4) == 611501 + 86526 + 2047 + 1
+
+
+def test_heterogeneous_devices_are_all_enumerated():
+    g, c = two_chains(), make_cluster(2, speeds=[1.0, 2.0])
+    best = optimum(g, c)
+    assert best.candidates == 2 ** 5
+    # the slow device runs one chain head (50 us) while the fast one runs the other chain (2 x 25 us); b1's output
+    # reaches the fast device at 52.01 us, b2 and the sum follow there: 77.01 us (all on the fast: 100)
+    assert best.step_time_us == pytest.approx(77.01)
+    assert sorted(best.placement.tolist()) == [0, 1, 1, 1, 1]  # one chain head on the slow device

@@ -67,6 +67,9 @@ class NullTracker:
     def log_table(self, table, artifact_file: str) -> None:
         pass
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        pass
+
     def flush(self) -> None:
         pass
 
@@ -121,6 +124,10 @@ class MLflowTracker(NullTracker):
     def log_table(self, table, artifact_file: str) -> None:
         """A pandas table as an MLflow table artifact (shown in the UI's artifact view)."""
         self.client.log_table(self.run_id, data=table, artifact_file=artifact_file)
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(self.run_id, k, str(v)[:5000])
 
     def close(self, status: str = "FINISHED") -> None:
         self.flush()

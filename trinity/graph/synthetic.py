@@ -16,6 +16,8 @@ def layered_dag(
     colocated_fraction: float = 0.05,
     zero_cost_fraction: float = 0.1,
     control_fraction: float = 0.02,
+    log_compute_us: float = 3.0,
+    log_bytes: float = 11.0,
 ) -> OpGraph:
     """A DAG shaped like a training graph: layers of ops, edges mostly between neighbours.
 
@@ -24,15 +26,16 @@ def layered_dag(
     Compute times are log-normal (a few zero-cost ops, like constants), each
     op has one or two outputs, some ops hold parameters, and a fraction of
     ops are paired into colocation groups with one of their consumers
-    (like a variable and its reader).
+    (like a variable and its reader). ``log_compute_us`` and ``log_bytes`` are the means of
+    the log-normal op times and tensor sizes (e^3 = 20 us, e^11 = 60 kB by default).
     """
     rng = np.random.default_rng(seed)
     width = width or max(1, int(round(np.sqrt(n_ops) / 2)))
     layer = np.minimum(np.arange(n_ops) // width, n_ops)
     n_out = rng.integers(1, 3, n_ops)
-    compute = rng.lognormal(3.0, 1.0, n_ops)
+    compute = rng.lognormal(log_compute_us, 1.0, n_ops)
     compute[rng.random(n_ops) < zero_cost_fraction] = 0.0
-    out_bytes = [tuple(int(b) for b in rng.lognormal(11.0, 1.5, k)) for k in n_out]
+    out_bytes = [tuple(int(b) for b in rng.lognormal(log_bytes, 1.5, k)) for k in n_out]
     persistent = np.where(rng.random(n_ops) < 0.1, rng.lognormal(14.0, 1.0, n_ops), 0).astype(np.int64)
     temporary = np.where(rng.random(n_ops) < 0.2, rng.lognormal(12.0, 1.0, n_ops), 0).astype(np.int64)
 

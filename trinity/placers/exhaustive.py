@@ -1,7 +1,9 @@
 """The exact optimum on small graphs: every assignment of colocation units to devices, simulated.
 
-With U units on D devices there are D**U candidates (D**(U-1) on a cluster of identical devices
-joined by identical links, where unit 0 may stay on device 0 without loss). Refused past
+With U units on D devices there are D**U candidates; on a cluster of identical devices joined by
+identical links, relabelling devices changes nothing, so only one labelling of each partition of
+the units into at most D sets is simulated (restricted growth strings: a unit may open the next
+unused device, never skip one; sum of Stirling numbers S(U, j), j <= D). Refused past
 ``max_candidates``, so a user learns it is infeasible instead of waiting. Candidates whose
 weights do not fit are skipped, as every placer must; the best by the given reward wins
 (MDPE by default: the searches' objective), ties to the first in enumeration order.
@@ -44,14 +46,36 @@ def _interchangeable(cluster: Cluster) -> bool:
         else True
 
 
+def _partitions(n: int, k: int) -> int:
+    """Partitions of n items into at most k non-empty sets: sum of Stirling numbers of the second kind."""
+    row = [1] + [0] * k  # S(0, j)
+    for _ in range(n):
+        row = [0] + [j * row[j] + row[j - 1] for j in range(1, k + 1)]
+    return sum(row)
+
+
+def _restricted_growth(n: int, k: int):
+    """Every a[0..n) with a[0] = 0 and a[i] <= min(k - 1, max(a[:i]) + 1): one labelling per partition."""
+    a = [0] * n
+
+    def extend(i: int, top: int):
+        if i == n:
+            yield tuple(a)
+            return
+        for d in range(min(top + 2, k)):
+            a[i] = d
+            yield from extend(i + 1, max(top, d))
+
+    yield from extend(1, 0) if n else iter([()])
+
+
 def optimum(graph: OpGraph, cluster: Cluster, *, reward: Callable[[SimResult], float] | None = None,
             max_candidates: int = 2_000_000) -> OptimumResult:
     reward = reward or (lambda r: mdpe_reward(r, MDPEConfig()))
     unit_of_op = graph.arrays.group
     n_units, n_dev = graph.arrays.n_groups, cluster.n_devices
-    fixed_first = _interchangeable(cluster)
-    free = n_units - 1 if fixed_first else n_units
-    total = n_dev ** free
+    canonical = _interchangeable(cluster)
+    total = _partitions(n_units, n_dev) if canonical else n_dev ** n_units
     if total > max_candidates:
         raise PlacementError(f"{n_units} units on {n_dev} devices is {total:.3g} candidates, more than "
                              f"max_candidates={max_candidates:,}: exhaustive search is infeasible here",
@@ -62,8 +86,9 @@ def optimum(graph: OpGraph, cluster: Cluster, *, reward: Callable[[SimResult], f
     t0 = time.perf_counter()
     best: OptimumResult | None = None
     simulated = 0
-    for rest in itertools.product(range(n_dev), repeat=free):
-        unit_device = np.array(((0,) + rest) if fixed_first else rest, np.int64)
+    candidates = _restricted_growth(n_units, n_dev) if canonical else itertools.product(range(n_dev), repeat=n_units)
+    for assignment in candidates:
+        unit_device = np.array(assignment, np.int64)
         if (np.bincount(unit_device, weights=static, minlength=n_dev) > capacity).any():
             continue
         result = sim.simulate(unit_device[unit_of_op], check=False)

@@ -18,7 +18,7 @@ from trinity.graph import load_graph
 from trinity.graph.ir import OpGraph
 from trinity.placement import Strategy
 from trinity.plots import plot_gantt
-from trinity.report import figures, plotdata, summary, tables
+from trinity.report import data_parallel, evaluation, figures, plotdata, summary, tables
 from trinity.report.results import measured, per_case, search_results, validation_results
 from trinity.sim import Simulator
 
@@ -64,13 +64,17 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
 
     t3 = tables.table3({m: (g.n_ops, g.n_edges) for m, g in graphs.items()})
     t4, t5 = tables.table4(cases), tables.table5(cases)
-    for name, table in (("table3", t3), ("table4", t4), ("table5", t5)):
+    ev = evaluation.evaluation_table(cases)
+    costs = _cost_sources(graphs, cases)
+    for name, table in (("table3", t3), ("table4", t4), ("table5", t5), ("evaluation", ev), ("costs", costs)):
         w.csv(f"{name}.csv", table)
         w.text(f"{name}.md", tables.markdown(table))
 
     for _, case in best.iterrows():
         _draw_best(graphs[case["model"]], case, w)
     for model, cluster in dict.fromkeys(zip(cases["model"], cases["cluster"])):
+        evaluation.plot_time_to_quality(search, cases, model, cluster,
+                                        w.path(f"figures/time_to_quality_{model}_{cluster}.png"))
         found = plotdata.histories(search, model, cluster)
         if found:
             figures.plot_convergence(found, w.path(f"figures/convergence_{model}_{cluster}.png"),
@@ -86,11 +90,41 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
     w.csv("plots/convergence.csv", plotdata.convergence_frame(search))
     w.csv("plots/sim_vs_real.csv", plotdata.sim_vs_real_frame(checked))
 
+    dp_runs, dp_curves = data_parallel.runs(results)
+    dp_summary = data_parallel.summary(dp_runs) if len(dp_runs) else pd.DataFrame()
+    dp_setup = ""
+    if len(dp_runs):
+        w.csv("data_parallel.csv", dp_runs)
+        w.csv("data_parallel_summary.csv", dp_summary)
+        first = read_json(next((results / "train").glob("*/result.json")))
+        data_parallel.plot_loss_vs_time(dp_curves, first.get("target_val_loss"),
+                                        w.path("figures/data_parallel_loss_vs_time.png"))
+        dp_setup = data_parallel.setup(first.get("config") or {})
+
     facts = summary.metrics(search, cases, best, checked)
     write_json(w.path("metrics.json"), facts)
     figure_names = sorted(p.name for p in w.paths if p.parent.name == "figures")
-    w.text("REPORT.md", summary.report_markdown(t3, t4, t5, facts, validation_ran, figure_names))
+    w.text("REPORT.md", summary.report_markdown(t3, t4, t5, facts, validation_ran, figure_names, ev, costs,
+                                                dp_summary, dp_setup))
     return {"files": [str(p) for p in w.paths], "summary": facts}
+
+
+def _cost_sources(graphs: dict[str, OpGraph], cases: pd.DataFrame) -> pd.DataFrame:
+    """Which model made each case's op times (roofline, measured, scaled), per device kind."""
+    from trinity.profile.speed_model import cost_source
+
+    rows = []
+    for model, cluster in dict.fromkeys(zip(cases["model"], cases["cluster"])):
+        kinds = dict.fromkeys(d.kind for d in _case_cluster(cases, model, cluster).devices)
+        rows += [{"model": model, "cluster": cluster, "device_kind": k, "op_times": cost_source(graphs[model], k)}
+                 for k in kinds]
+    return pd.DataFrame(rows)
+
+
+def _case_cluster(cases: pd.DataFrame, model: str, cluster: str):
+    folder = Path(cases[(cases["model"] == model) & (cases["cluster"] == cluster)]["best_folder"].iloc[0])
+    config = read_json(folder / "metrics.json").get("cluster_config")
+    return cluster_from_dict(config, str(folder / "metrics.json")) if config else load_cluster(cluster)
 
 
 def _draw_best(graph: OpGraph, case: pd.Series, w: _Writer) -> None:

@@ -11,7 +11,8 @@ from trinity.errors import TrinityError
 from trinity.fileio import read_json
 
 #: the order methods appear in, the paper's baselines first
-METHOD_ORDER = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct", "hierarchical", "trinity")
+METHOD_ORDER = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct", "annealing", "hierarchical",
+                "hierarchical-warm", "trinity", "trinity-warm", "optimum")
 METRICS = ("step_time_ms", "peak_comm_MB", "peak_memory_GB")
 
 
@@ -28,6 +29,8 @@ def search_results(results: Path) -> pd.DataFrame:
             raise TrinityError("not a search job's metrics (needs model, cluster, method, seed, step_time_ms, "
                                "peak_comm_MB, peak_memory_GB)", source=str(path))
         row = {k: v for k, v in row.items() if not isinstance(v, (dict, list))}  # cluster_config stays in the file
+        if row.get("infeasible"):  # e.g. the exact optimum of a graph too large to enumerate: nothing to report
+            continue
         rows.append({**row, "folder": str(path.parent)})
     if not rows:
         raise TrinityError(f"no search results in {search}; run the search stage first (dvc repro search)",
@@ -58,7 +61,10 @@ def per_case(search: pd.DataFrame) -> pd.DataFrame:
         for metric in METRICS:
             row[f"{metric}_mean"] = used[metric].mean()
             row[f"{metric}_std"] = used[metric].std(ddof=1)
+        row["step_time_ms_min"], row["step_time_ms_max"] = used["step_time_ms"].min(), used["step_time_ms"].max()
         row["seconds_per_1000_iterations"] = part["seconds_per_1000_iterations"].mean()
+        for column in ("search_seconds", "simulations", "lower_bound_ms"):
+            row[column] = pd.to_numeric(part[column], errors="coerce").mean() if column in part else np.nan
         best = used.loc[used["step_time_ms"].idxmin()]
         row["best_seed"], row["best_folder"] = best["seed"], best["folder"]
         rows.append(row)

@@ -21,7 +21,7 @@ from trinity.errors import TrinityError
 from trinity.stages import config
 from trinity.track import PARENT_ENV, MLflowTracker, end_status, open_store
 
-STAGES = ("export", "profile", "embed", "search", "validate", "report")
+STAGES = ("export", "profile", "embed", "search", "validate", "train", "report")
 
 
 def experiment_name(cfg: DictConfig) -> str:
@@ -31,6 +31,8 @@ def experiment_name(cfg: DictConfig) -> str:
 def run_name(stage: str, job: config.Job) -> str:
     if stage == "search":
         return f"search/{job.case}"
+    if stage == "train":
+        return f"train/{job.method}-s{job.seed}"
     return stage if stage == "report" else f"{stage}/{job.model}"
 
 

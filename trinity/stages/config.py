@@ -117,6 +117,10 @@ def flat_params(cfg: DictConfig, j: Job, stage: str) -> dict[str, Any]:
         sections["reward"] = OmegaConf.to_container(cfg.reward)
     if stage == "validate":
         sections["validation"] = OmegaConf.to_container(cfg.validation)
+    if stage == "train":
+        sections = {"job": {"method": j.method, "seed": j.seed}, "run": sections["run"],
+                    "method": OmegaConf.to_container(cfg.methods[j.method]),
+                    "data_parallel": OmegaConf.to_container(cfg.data_parallel, resolve=True)}
     out: dict[str, Any] = {}
 
     def walk(prefix: str, value: Any) -> None:
@@ -150,6 +154,17 @@ def search_dir(cfg: DictConfig, j: Job) -> Path:
 def search_metrics_file(cfg: DictConfig, j: Job) -> Path:
     """Beside the job's folder (DVC cannot take a file inside an output folder as metrics)."""
     return search_dir(cfg, j).with_name(search_dir(cfg, j).name + ".metrics.json")
+
+
+def train_dir(cfg: DictConfig, j: Job) -> Path:
+    """A data-parallel run's results: ``results/train/<method>-s<seed>/`` (metrics beside)."""
+    return Path(cfg.paths.results) / "train" / f"{j.method}-s{j.seed}"
+
+
+def train_config(cfg: DictConfig):
+    from trinity.data_parallel import TrainConfig
+
+    return TrainConfig.from_dict(OmegaConf.to_container(cfg.data_parallel.train, resolve=True))
 
 
 def validate_dir(cfg: DictConfig, model: str) -> Path:

@@ -1,5 +1,6 @@
 """Stage `export`: a model's training step as an OpGraph (TensorFlow exports also write their GraphDef),
-or a graph file imported as it is (``models.<name>.source``)."""
+a graph file imported as it is (``models.<name>.source``), or a generated one (``models.<name>.synthetic``:
+keyword arguments of `trinity.graph.synthetic.layered_dag`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     t0 = time.perf_counter()
     if spec.source:
         graph = load_graph(spec.source)
+        save_graph(graph, out)
+    elif spec.get("synthetic"):
+        from trinity.graph.synthetic import layered_dag
+
+        graph = layered_dag(**OmegaConf.to_container(spec.synthetic))
         save_graph(graph, out)
     else:
         graph = export_model(spec.name, out, spec.batch, **OmegaConf.to_container(spec.options))

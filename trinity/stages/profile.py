@@ -18,7 +18,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     src = config.require(config.graph_file(cfg, job.model), "export", job.model)
     out = config.profiled_file(cfg, job.model)
     t0 = time.perf_counter()
-    if cfg.models[job.model].source:
+    if cfg.models[job.model].source or cfg.models[job.model].get("synthetic"):  # costed already
         graph, report = load_graph(src), {"profiled": False}
         save_graph(graph, out)
     else:

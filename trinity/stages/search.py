@@ -8,8 +8,11 @@ features, cluster, every hyperparameter) and where it reports (MLflow
 experiment, results folder): a changed setting starts a fresh folder rather
 than resuming another search's state.
 
+A local search (simulated annealing) spends a budget of simulator calls from a placer's
+placement, the same-budget peer of the searches.
+
 Out (``results/search/<model>/<cluster>-<method>-s<seed>/``): strategy.json,
-metrics.json, and for searches history.csv and search_curve.png.
+metrics.json, for searches history.csv and search_curve.png, for local searches history.csv.
 """
 
 from __future__ import annotations
@@ -60,12 +63,18 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     method = cfg.methods[job.method]
     if method.kind == "placer":
         metrics = _place(graph, cluster, method, job, out)
+    elif method.kind == "local-search":
+        metrics = _anneal(cfg, graph, cluster, method, job, out)
     else:
         metrics = _search(cfg, graph, cluster, job, out, tracker)
     metrics = {"model": job.model, "cluster": job.cluster, "method": job.method, "seed": job.seed,
                "devices": cluster.n_devices, **metrics, "cluster_config": cluster.to_dict()}
     write_json(out / "metrics.json", metrics)
     write_json(config.search_metrics_file(cfg, job), {k: v for k, v in metrics.items() if k != "cluster_config"})
+    if metrics.get("infeasible"):
+        print(f"{job.method} on {job.model}, {job.cluster}: not run ({metrics['infeasible']})")
+        tracker.set_tags({"infeasible": metrics["infeasible"]})
+        return
     tracker.log_metrics({"best/step_time_ms": metrics["step_time_ms"], "best/peak_comm_MB": metrics["peak_comm_MB"],
                          "best/peak_memory_GB": metrics["peak_memory_GB"], "best/fits": float(metrics["fits"]),
                          "search/seconds": metrics["search_seconds"]}, step=max(metrics["iterations"], 0))
@@ -85,6 +94,9 @@ def _place(graph, cluster, method, job, out: Path) -> dict:
     try:
         placed = place(method.placer, graph, cluster, seed=job.seed, **OmegaConf.to_container(method.options))
     except PlacementError as exc:  # e.g. one device cannot hold the graph: the paper's "OOM"
+        if exc.field == "max_candidates":  # the exact optimum on a graph too large to enumerate
+            return {**{k: None for k in ("step_time_ms", "peak_comm_MB", "peak_memory_GB", "lower_bound_ms")},
+                    "fits": False, "search_seconds": 0.0, "iterations": 0, "infeasible": exc.message}
         print(f"{method.placer} cannot place {graph.name} on {cluster.name} (OOM): {exc}")
         everything_on_one = np.zeros(graph.n_ops, np.int64)  # stands for the placement that did not fit
         res = sim.simulate(everything_on_one, check=False)
@@ -115,8 +127,40 @@ def _search(cfg, graph, cluster, job, out: Path, tracker) -> dict:
     res = search.simulator.simulate(best.placement, check=False)
     metrics = _row(res, search.simulator, fits=res.fits, seconds=search.seconds)
     metrics.update(iterations=search.iteration, best_iteration=best.iteration, reward=best.reward,
+                   simulations=search.iteration * sc.batch,
                    seconds_per_1000_iterations=1000 * search.seconds / max(search.iteration, 1),
                    warm_start=search.warm_start_placer, warm_start_agreement=search.warm_start_agreement)
+    return metrics
+
+
+def _anneal(cfg, graph, cluster, method, job, out: Path) -> dict:
+    """Simulated annealing from a placer's placement (`best`: the best by reward), same reward as Trinity."""
+    from trinity.placers import place, place_each
+    from trinity.placers.annealing import anneal
+    from trinity.reward import mdpe_reward
+    from trinity.rl.search import WARM_START_PLACERS
+
+    opts = dict(OmegaConf.to_container(method.options))
+    start = opts.pop("start", "best")
+    reward_cfg = config.reward(cfg)
+    sim = Simulator(graph, cluster)
+    reward = lambda r: mdpe_reward(r, reward_cfg)  # noqa: E731
+    if start == "best":
+        placed, _ = place_each(WARM_START_PLACERS, graph, cluster, seed=job.seed)
+        start = max(placed, key=lambda n: reward(sim.simulate(placed[n].placement, check=False)))
+        initial = placed[start].placement
+    else:
+        initial = place(start, graph, cluster, seed=job.seed).placement
+    result = anneal(graph, cluster, initial, seed=job.seed, reward=reward, simulator=sim, **opts)
+    res = sim.simulate(result.placement)
+    Strategy.from_array(graph, cluster, result.placement, placer=f"annealing from {start}",
+                        simulated_step_time_us=res.step_time_us).save(out / "strategy.json")
+    history = pd.DataFrame(result.curve, columns=["charts/simulations", "charts/seconds", "step_time_us",
+                                                  "charts/reward_max"])
+    history["charts/best_step_time_ms"] = history.pop("step_time_us") / 1e3
+    atomic_write_bytes(out / "history.csv", history.to_csv(index=False).encode())
+    metrics = _row(res, sim, fits=res.fits, seconds=result.seconds)
+    metrics.update(simulations=result.calls, reward=result.reward, warm_start=start)
     return metrics
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from trinity.errors import TrinityError
-from trinity.fileio import write_json
+from trinity.fileio import read_json, write_json
 from trinity.graph import load_graph
 from trinity.placement import Strategy
 from trinity.stages import config
@@ -28,8 +28,11 @@ def candidates(cfg: DictConfig, model: str, graph, workers: int) -> list:
     for cluster in cfg.run.clusters:
         if len(cfg.clusters[cluster].devices) != workers:
             continue
-        for method in cfg.run.methods:
-            job = config.Job(model, cluster, method, int(cfg.run.seeds[0]))
+        for method in [*cfg.run.placers, *cfg.run.searches]:
+            job = config.Job(model, cluster, method, 0 if method in cfg.run.placers else int(cfg.run.seeds[0]))
+            if (config.search_dir(cfg, job) / "metrics.json").exists() and \
+                    read_json(config.search_dir(cfg, job) / "metrics.json").get("infeasible"):
+                continue  # e.g. the exact optimum of a graph too large to enumerate
             path = config.require(config.search_dir(cfg, job) / "strategy.json", "search",
                                   f"{model}-{cluster}-{method}-{job.seed}")
             strategy = Strategy.load(path)
