@@ -1,5 +1,6 @@
 """conf/ composes for every experiment and every job, into the library's typed objects."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -41,8 +42,8 @@ def test_experiments_differ_where_they_should():
     def runs(e):
         return {*e.run.placers, *e.run.searches, *e.run.data_parallel.methods}
 
-    assert runs(default) == every_method
-    assert runs(paper) == every_method - {"optimum"}  # too large there
+    assert runs(default) == every_method - {"trinity-runtime"}  # the control of experiment=regime
+    assert runs(paper) == every_method - {"optimum", "trinity-runtime"}  # too large there
     for experiment in (smoke, default, paper):  # a seeded method runs per seed, a placer once
         assert {experiment.methods[m].kind for m in experiment.run.searches} <= {"search", "local-search"}
         assert {experiment.methods[m].kind for m in experiment.run.placers} == {"placer"}
@@ -102,3 +103,28 @@ def test_flat_params_name_every_setting_of_a_search_job():
     assert flat["method.search.iterations"] == 4 and flat["reward.alpha"] == 0.5
     assert flat["cluster.devices"] == 2 and flat["job.method"] == cfg.job.method
     assert flat["embedding.dim"] == 4
+
+
+@pytest.mark.parametrize("override,field,message", [
+    ("run.seeds=[]", "run.seeds", "must be a non-empty list of integers >= 0, got []"),
+    ("run.data_parallel.seeds=[-1]", "run.data_parallel.seeds", "got [-1]"),
+    ("run.placers=[trinity]", "run.placers", "method 'trinity' is a search method; run.placers takes placer"),
+    ("run.searches=[daso]", "run.searches", "'daso' is a data-parallel method"),
+    ("run.models=[nope]", "run.models", "unknown model 'nope'"),
+])
+def test_a_bad_run_list_is_refused_when_composed(override, field, message):
+    from trinity.stages.params import main
+
+    cfg = config.compose(["experiment=smoke", override])
+    with pytest.raises(TrinityError, match=re.escape(message)) as err:
+        config.check_run(cfg)
+    assert err.value.field == field
+    assert main(["experiment=smoke", override]) == 2
+
+
+def test_zero_tolerances_are_refused_naming_the_key():
+    cfg = config.compose(["experiment=smoke", "reward.memory_tolerance_GB=0"])
+    with pytest.raises(TrinityError, match="tolerances must be > 0"):
+        config.search_config(cfg, "trinity", 0)
+    runtime_only = config.search_config(config.compose(["experiment=smoke"]), "trinity-runtime", 0)
+    assert runtime_only.reward.beta == 0 and runtime_only.reward.gamma == 0 and runtime_only.reward.alpha == 0.5

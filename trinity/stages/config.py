@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from trinity.cluster import Cluster, cluster_from_dict
@@ -54,10 +54,43 @@ def compose(overrides: list[str] = (), config_dir: str | Path = CONF_DIR) -> Dic
         raise TrinityError(" ".join(str(exc).split()), source=str(config_dir)) from None
 
 
+#: which method kinds each list of `run` takes
+RUN_KINDS = {"placers": ("placer",), "searches": ("search", "local-search"),
+             "data_parallel.methods": ("data-parallel",)}
+
+
+def check_run(cfg: DictConfig) -> None:
+    """What `run` lists exists in the catalogue, in the right list; seed lists are non-empty integers."""
+    run = cfg.run
+    for key, table in (("models", "models"), ("clusters", "clusters"), ("validate", "models")):
+        for name in run.get(key) or []:
+            if name not in cfg[table]:
+                raise TrinityError(f"unknown {table[:-1]} {name!r}; choose from {', '.join(cfg[table])}",
+                                   field=f"run.{key}")
+    lists = {"placers": run.get("placers") or [], "searches": run.get("searches") or []}
+    if run.get("data_parallel"):
+        lists["data_parallel.methods"] = run.data_parallel.methods or []
+    for key, names in lists.items():
+        for name in names:
+            if name not in cfg.methods:
+                raise TrinityError(f"unknown method {name!r}; choose from {', '.join(cfg.methods)}", field=f"run.{key}")
+            if cfg.methods[name].kind not in RUN_KINDS[key]:
+                raise TrinityError(f"method {name!r} is a {cfg.methods[name].kind} method; run.{key} takes "
+                                   f"{' or '.join(RUN_KINDS[key])} methods", field=f"run.{key}")
+    for key in ("seeds", "data_parallel.seeds"):
+        seeds = OmegaConf.select(cfg, f"run.{key}")
+        if seeds is None and key != "seeds":
+            continue
+        if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+            shown = OmegaConf.to_container(seeds) if isinstance(seeds, DictConfig | ListConfig) else seeds
+            raise TrinityError(f"must be a non-empty list of integers >= 0, got {shown!r}", field=f"run.{key}")
+
+
 def write_params(cfg: DictConfig, path: str | os.PathLike = PARAMS_FILE) -> None:
     """Write the composed configuration (interpolations resolved) where DVC reads parameters."""
     from trinity.fileio import atomic_write_bytes
 
+    check_run(cfg)
     doc = OmegaConf.to_container(cfg, resolve=True)
     doc.pop("hydra", None)
     header = "# Composed from conf/ by `make params` (or `dvc exp run`): edit conf/, not this file.\n"
@@ -97,8 +130,11 @@ def search_config(cfg: DictConfig, method: str, seed: int) -> SearchConfig:
     node = cfg.methods[method]
     if node.kind != "search":
         raise TrinityError(f"method {method!r} is a placer, not a search", field=f"methods.{method}.kind")
-    sc = typed(SearchConfig, node.search, {"seed": seed}, where=f"methods.{method}.search")
-    sc.reward = reward(cfg)  # frozen dataclass: OmegaConf cannot merge into it
+    search = OmegaConf.to_container(node.search, resolve=True)
+    own_reward = search.pop("reward", None) or {}  # a method may change the reward's keys (e.g. runtime only)
+    sc = typed(SearchConfig, search, {"seed": seed}, where=f"methods.{method}.search")
+    # frozen dataclass: OmegaConf cannot merge into it
+    sc.reward = typed(MDPEConfig, cfg.reward, own_reward, where=f"methods.{method}.search.reward")
     sc.policy.partition_hidden = tuple(sc.policy.partition_hidden)
     return sc
 
