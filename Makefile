@@ -35,8 +35,11 @@ repro: params  ## the main job: the default pipeline end to end (reports/, mlflo
 bench: $(STAMP)  ## benchmark figures (ratios measured in the same run); exports models into data/ first
 	$(PY) benchmarks/bench_export.py --out data
 	$(PY) benchmarks/bench_sim.py --reference-graph $(REFERENCE_GNMT)
-	$(PY) benchmarks/bench_search.py --reference-graph $(REFERENCE_GNMT) $(wildcard data/*_profiled.json.gz)
+	# a shell glob, expanded when this line runs (make's $$(wildcard) would be expanded before the export)
+	$(PY) benchmarks/bench_search.py --reference-graph $(REFERENCE_GNMT) data/*_profiled.json.gz
 	$(PY) benchmarks/bench_runtime.py
+	$(PY) benchmarks/bench_pipeline.py
+	$(PY) benchmarks/bench_data_parallel.py --seeds 3
 
 bench-export: $(STAMP)  ## export and profile the paper's five models into data/ (several minutes)
 	$(PY) benchmarks/bench_export.py --out data
