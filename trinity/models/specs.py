@@ -23,3 +23,6 @@ register_model(ModelSpec("transformer_lm", "torch", "trinity.models.torch_models
                          "a small decoder-only transformer language model"))
 register_model(ModelSpec("resnet_small", "torch", "trinity.models.torch_models:build_resnet_small", 16,
                          "a ResNet-style CNN on 32x32 images"))
+register_model(ModelSpec("transformer_lm12", "torch", "trinity.models.torch_models:build_transformer_lm", 8,
+                         "the transformer LM with 12 blocks (deep enough to split into pipeline stages)",
+                         options={"n_layers": 12}))

@@ -136,3 +136,56 @@ def build_resnet_small(batch_size: int, *, widths: tuple[int, ...] = (16, 32, 64
     images = torch.randn(batch_size, 3, image_size, image_size)
     labels = torch.randint(0, num_classes, (batch_size,))
     return TorchModel(module, (images,), labels, F.cross_entropy)
+
+
+# ------------------------------------------------------------ layer sequences
+# Pipeline parallelism splits a model into contiguous stages of layers. These wrappers share the
+# model's own submodules (no copies), so running the sequence is running the model.
+class LMEmbedding(nn.Module):
+    """Token + position embedding of a `TransformerLM` (the first layer of its sequence)."""
+
+    def __init__(self, lm: TransformerLM):
+        super().__init__()
+        self.tok, self.pos = lm.tok, lm.pos
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        return self.tok(tokens) + self.pos(positions)
+
+
+class LMHead(nn.Module):
+    """Final LayerNorm and vocabulary projection of a `TransformerLM` (its last layer)."""
+
+    def __init__(self, lm: TransformerLM):
+        super().__init__()
+        self.ln_f, self.head = lm.ln_f, lm.head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.ln_f(x))
+
+
+class PoolHead(nn.Module):
+    """Global average pooling and classifier of a `ResNetSmall` (its last layer)."""
+
+    def __init__(self, net: ResNetSmall):
+        super().__init__()
+        self.fc = net.fc
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+def layer_sequence(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model as named layers applied one after the other: ``module(x) == layers[-1](...layers[0](x))``.
+
+    Transformer LM: embedding, each block, final norm + head. ResNet: stem, each block, pool + head.
+    The loss (``TorchModel.loss_fn``) follows the last layer.
+    """
+    if isinstance(module, TransformerLM):
+        return [("embedding", LMEmbedding(module)),
+                *((f"block{i}", b) for i, b in enumerate(module.blocks)),
+                ("head", LMHead(module))]
+    if isinstance(module, ResNetSmall):
+        return [("stem", module.stem), *((f"block{i}", b) for i, b in enumerate(module.blocks)),
+                ("head", PoolHead(module))]
+    raise TypeError(f"no layer sequence for {type(module).__name__}")
