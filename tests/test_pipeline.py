@@ -70,6 +70,10 @@ def test_smoke_leaves_every_report(smoke):
     optimum = (smoke / "results" / "search" / "tiny_cnn" / "p100x2-optimum-s0.metrics.json").read_text()
     assert "79 units on 2 devices" in optimum and "infeasible" in optimum
     assert (smoke / "results" / "validate" / "tiny_cnn" / "results.csv").exists()
+    plans = (reports / "pipeline_parallel.csv").read_text()
+    assert all(f"transformer_lm,local4h,{m},0," in plans for m in ("tapp", "pipedream", "even", "dp")), plans
+    families = (reports / "families.csv").read_text()
+    assert {"op placement", "pipeline", "data parallel"} <= {line.split(",")[2] for line in families.splitlines()[1:]}
     runs_table = (reports / "data_parallel.csv").read_text()
     assert all(f"\n{m},0,digits," in runs_table for m in ("ddp", "ps", "daso", "hps")), runs_table
 
@@ -79,9 +83,11 @@ def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
     parent = table[table["tags.trinity.stage"] == "pipeline"]
     assert len(parent) == 1 and parent["status"].iloc[0] == "FINISHED"
     children = table[table["tags.mlflow.parentRunId"] == parent["run_id"].iloc[0]]
-    # export, profile, embed, 7 placers and 4 searches, validate, 4 data-parallel trainings, report
+    # 2 exports and profiles (tiny_cnn, transformer_lm), 1 embedding, 7 placers and 4 searches, validate,
+    # 4 data-parallel trainings, a layer profile, 4 pipeline plans measured for real, the families, report
     assert sorted(children["tags.trinity.stage"].value_counts().items()) == [
-        ("embed", 1), ("export", 1), ("profile", 1), ("report", 1), ("search", 11), ("train", 4), ("validate", 1)]
+        ("embed", 1), ("export", 2), ("families", 1), ("layers", 1), ("measure", 4), ("partition", 4),
+        ("profile", 2), ("report", 1), ("search", 11), ("train", 4), ("validate", 1)]
     assert set(children["status"]) == {"FINISHED"}
     trinity = children[children["tags.mlflow.runName"] == "search/tiny_cnn-p100x2-trinity-s0"]
     assert trinity["params.method.search.iterations"].iloc[0] == "4"

@@ -16,6 +16,9 @@ import numpy as np
 from trinity.sim.result import SimResult
 
 
+ARRAYS = ("sent_bytes", "received_bytes", "memory_bytes", "capacity_bytes")
+
+
 @dataclass(frozen=True)
 class StepCost:
     """One training step of one strategy. Times in microseconds, sizes in bytes, arrays per device."""
@@ -58,6 +61,17 @@ class StepCost:
             "peak_memory_GB": self.max_memory_bytes / 1e9,
             "fits": self.fits,
         }
+
+    def to_dict(self) -> dict:
+        """Every field, arrays as lists (JSON)."""
+        return {"step_time_us": self.step_time_us, "comm_us": self.comm_us, "lower_bound_us": self.lower_bound_us,
+                **{k: [float(x) for x in getattr(self, k)] for k in ARRAYS}}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "StepCost":
+        return cls(step_time_us=float(doc["step_time_us"]), comm_us=float(doc["comm_us"]),
+                   lower_bound_us=float(doc["lower_bound_us"]),
+                   **{k: np.asarray(doc[k], dtype=float) for k in ARRAYS})
 
     @classmethod
     def from_sim(cls, result: SimResult, capacity_bytes: np.ndarray) -> "StepCost":

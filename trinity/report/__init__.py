@@ -18,7 +18,7 @@ from trinity.graph import load_graph
 from trinity.graph.ir import OpGraph
 from trinity.placement import Strategy
 from trinity.plots import plot_gantt
-from trinity.report import data_parallel, evaluation, figures, plotdata, summary, tables
+from trinity.report import data_parallel, evaluation, figures, pipeline_parallel, plotdata, summary, tables
 from trinity.report.results import measured, per_case, search_results, validation_results
 from trinity.sim import Simulator
 
@@ -101,11 +101,21 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
                                         w.path("figures/data_parallel_loss_vs_time.png"))
         dp_setup = data_parallel.setup(first.get("config") or {})
 
+    pp_plans = pipeline_parallel.results(results)
+    pp_summary = pipeline_parallel.summary(pp_plans) if len(pp_plans) else pd.DataFrame()
+    if len(pp_plans):
+        w.csv("pipeline_parallel.csv", pp_plans)
+        w.csv("pipeline_parallel_summary.csv", pp_summary)
+        pipeline_parallel.plot_measured(pp_plans, w.path("figures/pipeline_parallel_measured.png"))
+    side_by_side = pipeline_parallel.families(results)
+    if len(side_by_side):
+        w.csv("families.csv", side_by_side)
+
     facts = summary.metrics(search, cases, best, checked)
     write_json(w.path("metrics.json"), facts)
     figure_names = sorted(p.name for p in w.paths if p.parent.name == "figures")
     w.text("REPORT.md", summary.report_markdown(t3, t4, t5, facts, validation_ran, figure_names, ev, costs,
-                                                dp_summary, dp_setup))
+                                                dp_summary, dp_setup, pp_summary, side_by_side))
     return {"files": [str(p) for p in w.paths], "summary": facts}
 
 

@@ -21,7 +21,8 @@ from trinity.errors import TrinityError
 from trinity.stages import config
 from trinity.track import PARENT_ENV, MLflowTracker, end_status, open_store
 
-STAGES = ("export", "profile", "embed", "search", "validate", "train", "report")
+STAGES = ("export", "profile", "embed", "search", "validate", "train", "layers", "partition", "measure", "families",
+          "report")
 
 
 def experiment_name(cfg: DictConfig) -> str:
@@ -33,6 +34,10 @@ def run_name(stage: str, job: config.Job) -> str:
         return f"search/{job.case}"
     if stage == "train":
         return f"train/{job.method}-s{job.seed}"
+    if stage == "partition":
+        return f"partition/{job.case}"
+    if stage == "measure":
+        return f"measure/{job.model}-{job.method}"
     return stage if stage == "report" else f"{stage}/{job.model}"
 
 

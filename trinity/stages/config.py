@@ -56,20 +56,34 @@ def compose(overrides: list[str] = (), config_dir: str | Path = CONF_DIR) -> Dic
 
 #: which method kinds each list of `run` takes
 RUN_KINDS = {"placers": ("placer",), "searches": ("search", "local-search"),
-             "data_parallel.methods": ("data-parallel",)}
+             "data_parallel.methods": ("data-parallel",), "pipeline_parallel.methods": ("pipeline-parallel",)}
 
 
 def check_run(cfg: DictConfig) -> None:
     """What `run` lists exists in the catalogue, in the right list; seed lists are non-empty integers."""
     run = cfg.run
-    for key, table in (("models", "models"), ("clusters", "clusters"), ("validate", "models")):
+    for key, table in (("models", "models"), ("graphs", "models"), ("clusters", "clusters"), ("validate", "models")):
         for name in run.get(key) or []:
             if name not in cfg[table]:
                 raise TrinityError(f"unknown {table[:-1]} {name!r}; choose from {', '.join(cfg[table])}",
                                    field=f"run.{key}")
     lists = {"placers": run.get("placers") or [], "searches": run.get("searches") or []}
-    if run.get("data_parallel"):
-        lists["data_parallel.methods"] = run.data_parallel.methods or []
+    for family in ("data_parallel", "pipeline_parallel"):
+        if run.get(family):
+            lists[f"{family}.methods"] = run[family].methods or []
+    if run.get("pipeline_parallel"):
+        for key, table in (("models", "models"), ("clusters", "clusters")):
+            for name in run.pipeline_parallel[key] or []:
+                if name not in cfg[table]:
+                    raise TrinityError(f"unknown {table[:-1]} {name!r}; choose from {', '.join(cfg[table])}",
+                                       field=f"run.pipeline_parallel.{key}")
+        if cfg.pipeline_parallel.measure.cluster not in run.pipeline_parallel.clusters:
+            raise TrinityError(f"{cfg.pipeline_parallel.measure.cluster!r} is not in run.pipeline_parallel.clusters "
+                               f"{list(run.pipeline_parallel.clusters)}: its plans would not exist",
+                               field="pipeline_parallel.measure.cluster")
+        if 0 not in run.pipeline_parallel.seeds:
+            raise TrinityError("must include seed 0 (the measure stage runs the seed-0 plans)",
+                               field="run.pipeline_parallel.seeds")
     for key, names in lists.items():
         for name in names:
             if name not in cfg.methods:
@@ -77,7 +91,21 @@ def check_run(cfg: DictConfig) -> None:
             if cfg.methods[name].kind not in RUN_KINDS[key]:
                 raise TrinityError(f"method {name!r} is a {cfg.methods[name].kind} method; run.{key} takes "
                                    f"{' or '.join(RUN_KINDS[key])} methods", field=f"run.{key}")
-    for key in ("seeds", "data_parallel.seeds"):
+    graphs = set(run.get("graphs") or [])
+    for key in ("models", "families.models"):
+        missing = [m for m in (OmegaConf.select(cfg, f"run.{key}") or []) if m not in graphs]
+        if missing:
+            raise TrinityError(f"{missing} have no op graph: add them to run.graphs", field=f"run.{key}")
+    if run.get("families"):
+        for name in run.families.models:
+            if name not in (run.pipeline_parallel.models if run.get("pipeline_parallel") else []):
+                raise TrinityError(f"{name!r} has no layer profile or plans: add it to run.pipeline_parallel.models",
+                                   field="run.families.models")
+        for name in run.families.clusters:
+            if name not in run.pipeline_parallel.clusters:
+                raise TrinityError(f"{name!r} has no pipeline plans: add it to run.pipeline_parallel.clusters",
+                                   field="run.families.clusters")
+    for key in ("seeds", "data_parallel.seeds", "pipeline_parallel.seeds"):
         seeds = OmegaConf.select(cfg, f"run.{key}")
         if seeds is None and key != "seeds":
             continue
@@ -157,6 +185,14 @@ def flat_params(cfg: DictConfig, j: Job, stage: str) -> dict[str, Any]:
         sections = {"job": {"method": j.method, "seed": j.seed}, "run": sections["run"],
                     "method": OmegaConf.to_container(cfg.methods[j.method]),
                     "data_parallel": OmegaConf.to_container(cfg.data_parallel, resolve=True)}
+    if stage == "families":
+        sections["families"] = OmegaConf.to_container(cfg.run.families, resolve=True)
+    if stage in ("layers", "partition", "measure"):
+        sections["pipeline_parallel"] = OmegaConf.to_container(cfg.pipeline_parallel, resolve=True)
+    if stage in ("partition", "measure"):
+        sections["method"] = OmegaConf.to_container(cfg.methods[j.method])
+    if stage == "partition":
+        sections["cluster"] = {"name": j.cluster, "devices": len(cfg.clusters[j.cluster].devices)}
     out: dict[str, Any] = {}
 
     def walk(prefix: str, value: Any) -> None:
@@ -201,6 +237,22 @@ def train_config(cfg: DictConfig):
     from trinity.data_parallel import TrainConfig
 
     return TrainConfig.from_dict(OmegaConf.to_container(cfg.data_parallel.train, resolve=True))
+
+
+def layers_file(cfg: DictConfig, model: str) -> Path:
+    return Path(cfg.paths.data) / model / "layers" / "profile.json"
+
+
+def partition_dir(cfg: DictConfig, j: Job) -> Path:
+    return Path(cfg.paths.results) / "partition" / j.model / f"{j.cluster}-{j.method}-s{j.seed}"
+
+
+def measure_dir(cfg: DictConfig, j: Job) -> Path:
+    return Path(cfg.paths.results) / "measure" / j.model / j.method
+
+
+def families_file(cfg: DictConfig, model: str) -> Path:
+    return Path(cfg.paths.results) / "families" / f"{model}.json"
 
 
 def validate_dir(cfg: DictConfig, model: str) -> Path:

@@ -1,0 +1,54 @@
+"""The cross-family comparison on hand-built inputs: one measurement of the work, exact costs, the winner."""
+
+import numpy as np
+import pytest
+
+from conftest import make_cluster
+from trinity.families import (FamilyEntry, data_parallel_entries, data_parallel_work, op_placement_entries, op_scale,
+                              winner)
+from trinity.graph import Edge, Op, OpGraph
+from trinity.profile.layers import Layer, LayerProfile
+from trinity.step_cost import StepCost
+
+
+def profile():
+    layers = (Layer("embed", 100.0, 200.0, 4000, 800, 1600), Layer("block", 300.0, 600.0, 8000, 800, 3200))
+    return LayerProfile(model="toy", batch=4, layers=layers, input_bytes=64)
+
+
+def chain():
+    return OpGraph([Op("a", "MatMul", 200.0, output_bytes=(10,)), Op("b", "MatMul", 400.0, output_bytes=(10,))],
+                   [Edge("a", "b")])
+
+
+def test_op_times_are_scaled_to_the_layer_profiles_total():
+    assert op_scale(chain(), profile()) == pytest.approx(1200.0 / 600.0)
+    (single,) = op_placement_entries(chain(), make_cluster(2), ["single"], scale=2.0)
+    assert single.cost.step_time_us == pytest.approx(1200.0) and single.family == "op placement"
+
+
+def test_data_parallel_work_is_the_profile_per_sample():
+    work = data_parallel_work(profile())
+    assert work.us_per_sample == 300.0 and work.param_bytes == 12000.0 and work.batch == 4
+    assert work.activation_bytes_per_sample == 1200.0
+    entries = data_parallel_entries(profile(), make_cluster(2), ["ddp", "daso"])
+    assert [e.method for e in entries] == ["ddp", "daso"] and all(e.cost.fits for e in entries)
+
+
+def cost(step_us, memory=1.0, capacity=2.0):
+    z = np.zeros(2)
+    return StepCost(step_us, 0.0, z, z, np.full(2, memory), np.full(2, capacity), 1.0)
+
+
+def test_winner_is_the_fastest_that_fits():
+    entries = [FamilyEntry("pipeline", "tapp", cost(90.0, memory=3.0)), FamilyEntry("op placement", "m-etf", cost(120.0)),
+               FamilyEntry("data parallel", "ddp", cost(100.0))]
+    assert winner(entries).method == "ddp"  # tapp is faster but does not fit
+    assert winner(entries[:1]) is None
+
+
+def test_step_cost_round_trips_through_json():
+    c = StepCost(5.0, 1.0, np.array([1.0, 2.0]), np.array([2.0, 1.0]), np.array([3.0, 4.0]), np.array([5.0, 5.0]), 2.0)
+    back = StepCost.from_dict(c.to_dict())
+    assert back.summary() == c.summary() and np.array_equal(back.memory_bytes, c.memory_bytes)
+    assert c.comm_share == 0.2 and c.peak_comm_bytes == 3.0 and c.total_comm_bytes == 3.0
