@@ -52,3 +52,14 @@ def test_bad_clusters(doc, message):
 def test_unknown_preset_lists_presets():
     with pytest.raises(ClusterError, match=r"unknown cluster 'p100x3'.*p100x4"):
         load_cluster("p100x3")
+
+
+def test_subset_keeps_the_chosen_devices_and_their_links():
+    from trinity.cluster import cluster_from_dict
+
+    c = cluster_from_dict({"devices": [{"name": n, "memory_GB": 1} for n in "abc"],
+                           "default_link": {"bandwidth_GBps": 1, "latency_us": 5},
+                           "links": [{"src": "c", "dst": "a", "bandwidth_GBps": 2, "latency_us": 1}]})
+    sub = c.subset([2, 0])
+    assert sub.device_names == ["c", "a"]
+    assert sub.bandwidth[0, 1] == 2000.0 and sub.latency[1, 0] == 1.0

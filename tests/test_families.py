@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from conftest import make_cluster
-from trinity.families import (FamilyEntry, data_parallel_entries, data_parallel_work, op_placement_entries, op_scale,
-                              winner)
+from trinity.data_parallel import DataParallelWork
+from trinity.families import FamilyEntry, data_parallel_entries, op_placement_entries, op_scale, winner
 from trinity.graph import Edge, Op, OpGraph
 from trinity.profile.layers import Layer, LayerProfile
 from trinity.step_cost import StepCost
@@ -28,9 +28,9 @@ def test_op_times_are_scaled_to_the_layer_profiles_total():
 
 
 def test_data_parallel_work_is_the_profile_per_sample():
-    work = data_parallel_work(profile())
+    work = DataParallelWork.from_layers(profile())
     assert work.us_per_sample == 300.0 and work.param_bytes == 12000.0 and work.batch == 4
-    assert work.activation_bytes_per_sample == 1200.0
+    assert work.activation_bytes_per_sample == 1200.0 and work.update_us == 0.0
     entries = data_parallel_entries(profile(), make_cluster(2), ["ddp", "daso"])
     assert [e.method for e in entries] == ["ddp", "daso"] and all(e.cost.fits for e in entries)
 

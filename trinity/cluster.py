@@ -84,6 +84,13 @@ class Cluster:
             raise ClusterError(f"unknown device {device_name!r}; devices are {self.device_names}",
                                source=self.name) from None
 
+    def subset(self, indices) -> "Cluster":
+        """The cluster of these devices only (in this order), with their links."""
+        idx = [int(i) for i in indices]
+        return Cluster(name=self.name, devices=tuple(self.devices[i] for i in idx),
+                       bandwidth=self.bandwidth[np.ix_(idx, idx)], latency=self.latency[np.ix_(idx, idx)],
+                       send_cpu_share=self.send_cpu_share)
+
     def transfer_us(self, src: int, dst: int, nbytes: float) -> float:
         if src == dst:
             return 0.0

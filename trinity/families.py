@@ -63,20 +63,10 @@ def op_placement_entries(graph: OpGraph, cluster: Cluster, placers: list[str], s
     return out
 
 
-def data_parallel_work(profile: LayerProfile):
-    """A layer profile reduced to the data-parallel cost model's numbers."""
-    from trinity.data_parallel import DataParallelWork
-
-    layers = profile.layers
-    return DataParallelWork(us_per_sample=sum(x.compute_us for x in layers) / profile.batch,
-                            param_bytes=float(sum(x.param_bytes for x in layers)), batch=profile.batch,
-                            activation_bytes_per_sample=sum(x.saved_bytes for x in layers) / profile.batch)
-
-
 def data_parallel_entries(profile: LayerProfile, cluster: Cluster, methods: list[str]) -> list[FamilyEntry]:
-    from trinity.data_parallel import DataParallelError, step_cost
+    from trinity.data_parallel import DataParallelError, DataParallelWork, step_cost
 
-    work, out = data_parallel_work(profile), []
+    work, out = DataParallelWork.from_layers(profile), []
     for method in methods:
         try:
             out.append(FamilyEntry("data parallel", method, step_cost(method, cluster, work),

@@ -40,6 +40,17 @@ class DataParallelWork:
     batch: int  # global batch, split over the devices
     activation_bytes_per_sample: float = 0.0
     optimizer_slots: int = 1  # SGD with momentum: 1 buffer per parameter
+    update_us: float = 0.0  # the optimizer step on a speed-1 device, once the gradients are in
+
+    @classmethod
+    def from_layers(cls, profile, batch: int | None = None) -> "DataParallelWork":
+        """A `trinity.profile.layers.LayerProfile` (measured at its own batch) reduced to these numbers."""
+        layers = profile.layers
+        return cls(us_per_sample=sum(x.compute_us for x in layers) / profile.batch,
+                   param_bytes=float(sum(x.param_bytes for x in layers)),
+                   batch=int(profile.batch if batch is None else batch),
+                   activation_bytes_per_sample=sum(x.saved_bytes for x in layers) / profile.batch,
+                   update_us=float(sum(x.update_us for x in layers)))
 
     def validate(self) -> "DataParallelWork":
         for name in ("us_per_sample", "param_bytes"):
@@ -48,7 +59,7 @@ class DataParallelWork:
                 raise DataParallelError(f"must be a finite number > 0, got {v!r}", field=name)
         if not isinstance(self.batch, int) or self.batch < 1:
             raise DataParallelError(f"must be an integer >= 1, got {self.batch!r}", field="batch")
-        if self.activation_bytes_per_sample < 0 or self.optimizer_slots < 0:
+        if self.activation_bytes_per_sample < 0 or self.optimizer_slots < 0 or self.update_us < 0:
             raise DataParallelError("must be >= 0", field="activation_bytes_per_sample")
         return self
 
@@ -140,6 +151,8 @@ def step_cost(method: str, cluster: Cluster, work: DataParallelWork, *, global_s
             recv[g[0]] += (2 * (m - 1) / m * n if m > 1 else 0.0) / global_skip
             for d in g[1:]:
                 recv[d] += n / global_skip
+    # the optimizer step once the gradients are in: on every device (ddp, daso) or on the server (ps, hps)
+    step += work.update_us / (speeds[0] if method in ("ps", "hps") else speeds.min())
     lower = work.us_per_sample * work.batch / float(speeds.sum())
     return StepCost(step_time_us=float(step), comm_us=float(exposed), sent_bytes=sent, received_bytes=recv,
                     memory_bytes=memory, capacity_bytes=cluster.memory.astype(float), lower_bound_us=float(lower))

@@ -34,7 +34,7 @@ the cluster's devices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -253,7 +253,10 @@ def require_fits(plan: PipelinePlan, profile: LayerProfile, cluster: Cluster, ba
 
 def predict_data_parallel(profile: LayerProfile, cluster: Cluster, devices: Sequence[int] | None = None,
                           batch: int | None = None) -> StepCost:
-    """BSP data parallelism of the whole model on ``devices`` (default: all, ring in this order)."""
+    """BSP data parallelism of the whole model on ``devices`` (default: all, ring in this order): the
+    data-parallel family's DDP cost model (`trinity.data_parallel.step_cost`), arrays over every device."""
+    from trinity.data_parallel import DataParallelWork, step_cost
+
     batch = _batch(profile, batch)
     devices = list(range(cluster.n_devices)) if devices is None else [int(d) for d in devices]
     D = len(devices)
@@ -262,24 +265,16 @@ def predict_data_parallel(profile: LayerProfile, cluster: Cluster, devices: Sequ
                             field="devices")
     if batch % D:
         raise PipelineError(f"{D} devices do not divide the batch of {batch}", field="devices")
-    scale = batch / D / profile.batch
-    P = float(profile.param_bytes)
-    update = sum(l.update_us for l in profile.layers)
-    compute = [profile.compute_us * scale / cluster.devices[d].speed for d in devices]
-    update_us = max(update / cluster.devices[d].speed for d in devices)  # after the all-reduce
-    allreduce, per_device = 0.0, 0.0
-    if D > 1:
-        ring = [(devices[k], devices[(k + 1) % D]) for k in range(D)]
-        bw = min(float(cluster.bandwidth[a, b]) for a, b in ring)
-        lat = max(float(cluster.latency[a, b]) for a, b in ring)
-        allreduce = 2 * (D - 1) * (lat + P / D / bw)
-        per_device = 2 * (D - 1) / D * P
+    work = replace(DataParallelWork.from_layers(profile, batch), optimizer_slots=WEIGHT_COPIES - 2)
+    part = step_cost("ddp", cluster.subset(devices), work)
     n = cluster.n_devices
-    sent, memory = np.zeros(n), np.zeros(n)
-    saved = sum(l.saved_bytes for l in profile.layers) * scale
-    for d in devices:
-        sent[d] = per_device
-        memory[d] = WEIGHT_COPIES * P + saved
-    return StepCost(step_time_us=max(compute) + allreduce + update_us, comm_us=allreduce, sent_bytes=sent,
-                    received_bytes=sent.copy(), memory_bytes=memory, capacity_bytes=cluster.memory.astype(float),
+
+    def spread(values: np.ndarray) -> np.ndarray:
+        out = np.zeros(n)
+        out[devices] = values
+        return out
+
+    return StepCost(step_time_us=part.step_time_us, comm_us=part.comm_us, sent_bytes=spread(part.sent_bytes),
+                    received_bytes=spread(part.received_bytes), memory_bytes=spread(part.memory_bytes),
+                    capacity_bytes=cluster.memory.astype(float),
                     lower_bound_us=lower_bound_us(profile, cluster, batch))
