@@ -72,3 +72,22 @@ def test_the_folder_is_synced_and_a_refusal_is_ignored(tmp_path, monkeypatch):
     atomic_write_bytes(tmp_path / "sub" / "out.json", b"data")
     assert synced == ["file", "folder"]
     assert (tmp_path / "sub" / "out.json").read_bytes() == b"data"
+
+
+def test_a_gzip_bomb_is_refused_before_it_fills_memory(tmp_path):
+    import gzip
+
+    import pytest
+
+    from trinity.errors import FormatError
+    from trinity.fileio import read_json
+
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(b"[" + b" " * (50 * 2**20) + b"1]"))  # 50 MiB of spaces, ~50 kB on disk
+    with pytest.raises(FormatError, match="bomb.json.gz: expands past 10 MiB"):
+        read_json(bomb, max_bytes=10 * 2**20)
+    assert read_json(bomb) == [1]  # under the default limit it reads
+    truncated = tmp_path / "cut.json.gz"
+    truncated.write_bytes(gzip.compress(b'{"a": 1}')[:-6])
+    with pytest.raises(FormatError, match="truncated or corrupt gzip data"):
+        read_json(truncated)

@@ -84,14 +84,39 @@ def _read_bytes(path: Path) -> bytes:
         raise FormatError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
 
 
-def read_json(path: str | os.PathLike) -> Any:
+#: the most a gzip file may expand to (a 100k-op graph is ~100 MB of JSON): a "gzip bomb" is refused
+MAX_DECOMPRESSED_BYTES = 4 * 2**30
+
+
+def _gunzip(raw: bytes, source: str, limit: int) -> bytes:
+    """Decompress in pieces, refusing output past ``limit`` before it is held in memory."""
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out, size = [], 0
+    try:
+        for i in range(0, len(raw), 1 << 20):
+            piece = d.decompress(raw[i:i + (1 << 20)], limit - size + 1)
+            while True:
+                size += len(piece)
+                if size > limit:
+                    raise FormatError(f"expands past {limit / 2**20:,.0f} MiB: not a file this project wrote",
+                                      source=source)
+                out.append(piece)
+                if not d.unconsumed_tail:
+                    break
+                piece = d.decompress(d.unconsumed_tail, limit - size + 1)
+        out.append(d.flush())
+        if not d.eof:
+            raise EOFError
+    except (EOFError, zlib.error):
+        raise FormatError("truncated or corrupt gzip data", source=source) from None
+    return b"".join(out)
+
+
+def read_json(path: str | os.PathLike, *, max_bytes: int = MAX_DECOMPRESSED_BYTES) -> Any:
     path = Path(path)
     raw = _read_bytes(path)
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error):
-            raise FormatError("truncated or corrupt gzip data", source=str(path)) from None
+        raw = _gunzip(raw, str(path), max_bytes)
     try:
         return json.loads(raw)
     except ValueError as exc:  # JSONDecodeError, bad UTF-8, or an integer of thousands of digits
