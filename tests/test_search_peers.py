@@ -43,6 +43,13 @@ def test_optimum_refuses_what_it_cannot_enumerate():
         optimum(g, make_cluster(4))
 
 
+def test_optimum_refuses_a_real_sized_graph_in_one_line():
+    ops = [Op(f"o{i}", "Add", 1.0, output_bytes=(4,)) for i in range(2000)]
+    g = OpGraph(ops, [Edge(f"o{i}", f"o{i + 1}") for i in range(1999)])
+    with pytest.raises(PlacementError, match="2000 units on 4 devices is about 1e1202 candidates"):
+        optimum(g, make_cluster(4))
+
+
 def test_annealing_reaches_the_optimum_within_its_budget():
     g, c = two_chains(), make_cluster(2)
     start = place("single", g, c).placement

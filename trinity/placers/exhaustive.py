@@ -12,6 +12,7 @@ weights do not fit are skipped, as every placer must; the best by the given rewa
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -77,7 +78,9 @@ def optimum(graph: OpGraph, cluster: Cluster, *, reward: Callable[[SimResult], f
     canonical = _interchangeable(cluster)
     total = _partitions(n_units, n_dev) if canonical else n_dev ** n_units
     if total > max_candidates:
-        raise PlacementError(f"{n_units} units on {n_dev} devices is {total:.3g} candidates, more than "
+        # a float overflows past 1e308, and str() of an int past 4,300 digits: count digits from the bits
+        shown = f"{total:.3g}" if total < 10 ** 300 else f"about 1e{int((total.bit_length() - 1) * math.log10(2))}"
+        raise PlacementError(f"{n_units} units on {n_dev} devices is {shown} candidates, more than "
                              f"max_candidates={max_candidates:,}: exhaustive search is infeasible here",
                              field="max_candidates")
     static = np.bincount(unit_of_op, weights=graph.static_memory(), minlength=n_units)
