@@ -310,3 +310,10 @@ def test_resuming_under_other_settings_is_refused_naming_them(tmp_path):
         Search(g, cluster(), SearchConfig(**{**cfg, "policy": bigger}), tmp_path, progress=False)
     with pytest.raises(TrinityError, match="cluster: "):
         Search(g, cluster(memory_GB=2.0), SearchConfig(**cfg), tmp_path, progress=False)
+
+
+def test_the_default_group_count_never_exceeds_the_units(tmp_path):
+    cfg = config("hierarchical", 1)
+    cfg.num_groups = None
+    s = Search(two_chains(), cluster(), cfg, tmp_path, progress=False)
+    assert s.cfg.policy.num_groups == two_chains().arrays.n_groups < 40

@@ -128,7 +128,9 @@ class Search:
         self.out_dir = Path(out_dir)
         self.tracker = tracker or NullTracker()
         self.progress = progress
-        k = cfg.num_groups or (256 if cfg.method == "trinity" else min(256, 20 * cluster.n_devices))
+        # the default k, never more groups than placement units (a 12-op graph gets 12, not 256)
+        k = cfg.num_groups or min(256 if cfg.method == "trinity" else min(256, 20 * cluster.n_devices),
+                                  graph.arrays.n_groups)
         # Per-unit logits by default only when warm-starting: they let the imitation be exact.
         unit_logits = bool(cfg.warm_start) if cfg.policy.unit_logits is None else cfg.policy.unit_logits
         self.cfg.policy = PolicyConfig(**{**asdict(cfg.policy), "num_groups": k, "unit_logits": unit_logits})
