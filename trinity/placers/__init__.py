@@ -4,6 +4,6 @@ Importing this package registers every placer in `PLACERS`.
 """
 
 from trinity.placers import annealing, exhaustive, expert, m_etf, m_sct, m_topo, metis, simple  # noqa: F401
-from trinity.placers.base import PLACERS, PlacerResult, get_placer, place, place_each
+from trinity.placers.base import PLACERS, PlacerResult, best_by_reward, get_placer, place, place_each
 
-__all__ = ["PLACERS", "PlacerResult", "get_placer", "place", "place_each"]
+__all__ = ["PLACERS", "PlacerResult", "best_by_reward", "get_placer", "place", "place_each"]

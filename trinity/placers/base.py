@@ -84,6 +84,20 @@ def place_each(names, graph: OpGraph, cluster: Cluster, *, seed: int = 0
     return placed, failed
 
 
+def best_by_reward(names, graph: OpGraph, cluster: Cluster, reward: Callable, *, seed: int = 0,
+                   simulator=None) -> tuple[str, np.ndarray]:
+    """(name, placement) of the placer in ``names`` whose simulated step scores the highest ``reward``
+    (the first of equals, in ``names``' order); placers that cannot place the graph are skipped."""
+    from trinity.sim import Simulator
+
+    sim = simulator or Simulator(graph, cluster)
+    placed, _ = place_each(names, graph, cluster, seed=seed)
+    if not placed:
+        raise PlacementError(f"none of {', '.join(names)} could place the graph")
+    best = max(placed, key=lambda n: reward(sim.simulate(placed[n].placement, check=False)))
+    return best, placed[best].placement
+
+
 class MemoryBudget:
     """Static memory left on each device, charged a whole colocation group at a time.
 

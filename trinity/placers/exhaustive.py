@@ -42,9 +42,10 @@ def _interchangeable(cluster: Cluster) -> bool:
     d = cluster.devices
     alike = all((x.kind, x.speed, x.memory_bytes, x.flops_per_s) == (d[0].kind, d[0].speed, d[0].memory_bytes,
                                                                      d[0].flops_per_s) for x in d)
+    if len(d) < 2:
+        return True
     off = ~np.eye(cluster.n_devices, dtype=bool)
-    return alike and np.ptp(cluster.bandwidth[off]) == 0 and np.ptp(cluster.latency[off]) == 0 if len(d) > 1 \
-        else True
+    return alike and np.ptp(cluster.bandwidth[off]) == 0 and np.ptp(cluster.latency[off]) == 0
 
 
 def _partitions(n: int, k: int) -> int:

@@ -18,7 +18,7 @@ from trinity.graph import load_graph
 from trinity.graph.ir import OpGraph
 from trinity.placement import Strategy
 from trinity.plots import plot_gantt
-from trinity.report import data_parallel, evaluation, figures, pipeline_parallel, plotdata, summary, tables
+from trinity.report import data_parallel, evaluation, families, figures, pipeline_parallel, plotdata, summary, tables
 from trinity.report.results import measured, per_case, search_results, validation_results
 from trinity.sim import Simulator
 
@@ -107,7 +107,7 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
         w.csv("pipeline_parallel.csv", pp_plans)
         w.csv("pipeline_parallel_summary.csv", pp_summary)
         pipeline_parallel.plot_measured(pp_plans, w.path("figures/pipeline_parallel_measured.png"))
-    side_by_side = pipeline_parallel.families(results)
+    side_by_side = families.side_by_side(results)
     if len(side_by_side):
         w.csv("families.csv", side_by_side)
 

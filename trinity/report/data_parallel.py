@@ -48,7 +48,8 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                      "time_to_target_s": reached["time_to_target_s"].mean(),
                      "time_to_target_std_s": reached["time_to_target_s"].std(ddof=1),
                      "train_time_s": part["train_time_s"].mean(), "train_time_std_s": part["train_time_s"].std(ddof=1),
-                     "final_val_acc": part["final_val_acc"].mean(), "final_val_acc_std": part["final_val_acc"].std(ddof=1),
+                     "final_val_acc": part["final_val_acc"].mean(),
+                     "final_val_acc_std": part["final_val_acc"].std(ddof=1),
                      "sent_MB": part["sent_MB"].mean()})
     out = pd.DataFrame(rows)
     if len(out) and "ddp" in set(out["method"]):

@@ -34,7 +34,7 @@ def evaluation_table(cases: pd.DataFrame) -> pd.DataFrame:
         optimum = by.loc["optimum"] if "optimum" in by.index and by.loc["optimum"]["fits"] else None
         base = {"model": model, "cluster": cluster}
 
-        def row(entry: str, c: pd.Series) -> dict:
+        def row(entry: str, method: str, c: pd.Series) -> dict:
             mean = c["step_time_ms_mean"]
             verdict = ""
             if best is not None and entry in SEEDED and c["fits"]:
@@ -45,7 +45,7 @@ def evaluation_table(cases: pd.DataFrame) -> pd.DataFrame:
                     verdict = "loss (every seed above)"
                 else:
                     verdict = "within spread"
-            return {**base, "entry": entry, "method": c.name if isinstance(c.name, str) else c["method"],
+            return {**base, "entry": entry, "method": method,
                     "seeds": int(c["seeds"]), "fits": bool(c["fits"]),
                     "step_time_ms": _r(mean), "step_time_std_ms": _r(c["step_time_ms_std"]),
                     "peak_comm_MB": _r(c["peak_comm_MB_mean"]), "peak_comm_std_MB": _r(c["peak_comm_MB_std"]),
@@ -59,12 +59,12 @@ def evaluation_table(cases: pd.DataFrame) -> pd.DataFrame:
                     "verdict": verdict}
 
         if best is not None:
-            rows.append(row("best placer", best.rename(best["method"])))
+            rows.append(row("best placer", best["method"], best))
         for method in SEEDED:
             if method in by.index:
-                rows.append(row(method, by.loc[method].rename(method)))
+                rows.append(row(method, method, by.loc[method]))
         if optimum is not None:
-            rows.append(row("exact optimum", optimum.rename("optimum")))
+            rows.append(row("exact optimum", "optimum", optimum))
         lb = case["lower_bound_ms"].dropna()
         if len(lb):
             rows.append({**base, "entry": "lower bound", "method": "", "step_time_ms": _r(float(lb.iloc[0]))})

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from trinity.cluster import Cluster
-from trinity.errors import TrinityError
+from trinity.errors import PlacementError, TrinityError
 from trinity.features import OpFeatures, op_features
 from trinity.fileio import atomic_write_bytes
 from trinity.graph.ir import OpGraph
@@ -367,18 +367,16 @@ class Search:
                          label=f"{placer} (warm start)")
 
     def _warm_start_target(self, placer: str) -> tuple[str, np.ndarray]:
-        from trinity.placers import place, place_each
+        from trinity.placers import best_by_reward, place
 
         if placer != "best":
             return placer, place(placer, self.graph, self.cluster).placement
-        placed, _ = place_each(WARM_START_PLACERS, self.graph, self.cluster, seed=self.cfg.seed)
-        rewards = {name: self.reward_fn(self.simulator.simulate(r.placement, check=False))
-                   for name, r in placed.items()}
-        if not rewards:
+        try:
+            return best_by_reward(WARM_START_PLACERS, self.graph, self.cluster, self.reward_fn, seed=self.cfg.seed,
+                                  simulator=self.simulator)
+        except PlacementError:
             raise TrinityError("no placer could place the graph, so there is nothing to warm-start from",
-                               field="warm_start")
-        best = max(rewards, key=rewards.get)  # the first of equals, in WARM_START_PLACERS order
-        return best, placed[best].placement
+                               field="warm_start") from None
 
     # ----------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> None:

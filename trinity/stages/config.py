@@ -62,8 +62,9 @@ RUN_KINDS = {"placers": ("placer",), "searches": ("search", "local-search"),
 def check_run(cfg: DictConfig) -> None:
     """What `run` lists exists in the catalogue, in the right list; seed lists are non-empty integers."""
     run = cfg.run
-    for key, table in (("models", "models"), ("graphs", "models"), ("clusters", "clusters"), ("validate", "models")):
-        for name in run.get(key) or []:
+    for key, table in (("models", "models"), ("graphs", "models"), ("clusters", "clusters"), ("validate", "models"),
+                       ("pipeline_parallel.models", "models"), ("pipeline_parallel.clusters", "clusters")):
+        for name in OmegaConf.select(run, key) or []:
             if name not in cfg[table]:
                 raise TrinityError(f"unknown {table[:-1]} {name!r}; choose from {', '.join(cfg[table])}",
                                    field=f"run.{key}")
@@ -72,11 +73,6 @@ def check_run(cfg: DictConfig) -> None:
         if run.get(family):
             lists[f"{family}.methods"] = run[family].methods or []
     if run.get("pipeline_parallel"):
-        for key, table in (("models", "models"), ("clusters", "clusters")):
-            for name in run.pipeline_parallel[key] or []:
-                if name not in cfg[table]:
-                    raise TrinityError(f"unknown {table[:-1]} {name!r}; choose from {', '.join(cfg[table])}",
-                                       field=f"run.pipeline_parallel.{key}")
         if cfg.pipeline_parallel.measure.cluster not in run.pipeline_parallel.clusters:
             raise TrinityError(f"{cfg.pipeline_parallel.measure.cluster!r} is not in run.pipeline_parallel.clusters "
                                f"{list(run.pipeline_parallel.clusters)}: its plans would not exist",
@@ -223,9 +219,13 @@ def search_dir(cfg: DictConfig, j: Job) -> Path:
     return Path(cfg.paths.results) / "search" / j.model / f"{j.cluster}-{j.method}-s{j.seed}"
 
 
+def metrics_beside(folder: Path) -> Path:
+    """``<folder>.metrics.json``: DVC cannot take a file inside an output folder as metrics."""
+    return folder.with_name(folder.name + ".metrics.json")
+
+
 def search_metrics_file(cfg: DictConfig, j: Job) -> Path:
-    """Beside the job's folder (DVC cannot take a file inside an output folder as metrics)."""
-    return search_dir(cfg, j).with_name(search_dir(cfg, j).name + ".metrics.json")
+    return metrics_beside(search_dir(cfg, j))
 
 
 def train_dir(cfg: DictConfig, j: Job) -> Path:

@@ -50,13 +50,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
             path = config.measure_dir(cfg, config.Job(job.model, name, method or "", 0))
             if method and (path / "metrics.json").exists():
                 measured = read_json(path / "metrics.json")["real_step_ms"]
-        reason = ("" if measured is not None else
-                  "not measured: op placement runs on TensorFlow workers, this is a PyTorch model"
-                  if top is not None and top.family == "op placement" else
-                  f"not measured: the real runs use cluster {cfg.pipeline_parallel.measure.cluster}"
-                  if name != cfg.pipeline_parallel.measure.cluster else
-                  "not measured: the data-parallel runs train the digits model, not this one"
-                  if top is not None else "no entry fits")
+        reason = "" if measured is not None else _not_measured(top, name, str(cfg.pipeline_parallel.measure.cluster))
         cases.append({"model": job.model, "cluster": name, "entries": rows,
                       "winner": None if top is None else {"family": top.family, "method": top.method,
                                                           "step_time_ms": top.cost.step_time_us / 1e3,
@@ -69,3 +63,13 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     write_json(out, {"model": job.model, "op_scale": scale, "cases": cases})
     tracker.log_artifact(out)
 
+
+def _not_measured(top, cluster: str, measured_cluster: str) -> str:
+    """Why a case's winner has no real step time."""
+    if top is not None and top.family == "op placement":
+        return "not measured: op placement runs on TensorFlow workers, this is a PyTorch model"
+    if cluster != measured_cluster:
+        return f"not measured: the real runs use cluster {measured_cluster}"
+    if top is None:
+        return "no entry fits"
+    return "not measured: the data-parallel runs train the digits model, not this one"

@@ -43,7 +43,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
                "sim_comm_share": predicted["comm_share"], "real_memory_MB": [b / 1e6 for b in measured["memory_bytes"]],
                "sim_memory_MB": [g * 1e3 for g in predicted["memory_per_device_GB"]], "loss": measured.get("loss")}
     write_json(out / "metrics.json", metrics)
-    write_json(out.with_name(out.name + ".metrics.json"),
+    write_json(config.metrics_beside(out),
                {k: v for k, v in metrics.items() if not isinstance(v, list)})
     tracker.log_metrics({"real/step_ms": real_ms, "sim/step_ms": sim_ms, "sim/step_error": metrics["step_error"],
                          **({"real/comm_share": metrics["real_comm_share"]} if metrics["real_comm_share"] is not None

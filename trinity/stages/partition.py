@@ -9,7 +9,6 @@ Out: ``results/partition/<model>/<cluster>-<method>-s<seed>/`` (plan.json, for T
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
@@ -79,8 +78,8 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
              "charts/best_step_time_ms": [h / 1e3 for h in search.pop("history")]}).to_csv(index=False).encode())
     metrics.update(search)
     write_json(out / "metrics.json", metrics)
-    write_json(out.with_name(out.name + ".metrics.json"), {k: v for k, v in metrics.items()
-                                                          if k not in ("memory_per_device_GB", "cost")})
+    write_json(config.metrics_beside(out), {k: v for k, v in metrics.items()
+                                            if k not in ("memory_per_device_GB", "cost")})
     tracker.log_metrics({f"best/{k}": float(v) for k, v in cost.summary().items()}, step=0)
     for name in ("plan.json", "history.csv", "metrics.json"):
         if (out / name).exists():
@@ -89,7 +88,3 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
           f"{metrics['step_time_ms']:.2f} ms predicted, communication share {metrics['comm_share']:.2f}"
           + (f", {metrics['vs_optimum_pct']:+.2f}% from the optimum" if "vs_optimum_pct" in metrics else "")
           + f" -> {out}")
-
-
-def plan_file(cfg: DictConfig, job: config.Job) -> Path:
-    return config.partition_dir(cfg, job) / "plan.json"

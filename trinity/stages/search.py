@@ -135,7 +135,7 @@ def _search(cfg, graph, cluster, job, out: Path, tracker) -> dict:
 
 def _anneal(cfg, graph, cluster, method, job, out: Path) -> dict:
     """Simulated annealing from a placer's placement (`best`: the best by reward), same reward as Trinity."""
-    from trinity.placers import place, place_each
+    from trinity.placers import best_by_reward, place
     from trinity.placers.annealing import anneal
     from trinity.reward import mdpe_reward
     from trinity.rl.search import WARM_START_PLACERS
@@ -145,10 +145,8 @@ def _anneal(cfg, graph, cluster, method, job, out: Path) -> dict:
     reward_cfg = config.reward(cfg)
     sim = Simulator(graph, cluster)
     reward = lambda r: mdpe_reward(r, reward_cfg)  # noqa: E731
-    if start == "best":
-        placed, _ = place_each(WARM_START_PLACERS, graph, cluster, seed=job.seed)
-        start = max(placed, key=lambda n: reward(sim.simulate(placed[n].placement, check=False)))
-        initial = placed[start].placement
+    if start == "best":  # where the warm-started searches start
+        start, initial = best_by_reward(WARM_START_PLACERS, graph, cluster, reward, seed=job.seed, simulator=sim)
     else:
         initial = place(start, graph, cluster, seed=job.seed).placement
     result = anneal(graph, cluster, initial, seed=job.seed, reward=reward, simulator=sim, **opts)

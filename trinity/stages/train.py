@@ -50,7 +50,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     write_json(out / "result.json", {**result, "config": train_cfg.to_dict()})
     summary = {k: result.get(k) for k in SUMMARY}
     summary["reached_target"] = result["time_to_target_s"] is not None
-    write_json(out.with_name(out.name + ".metrics.json"), summary)
+    write_json(config.metrics_beside(out), summary)
     for _, point in curve.iterrows():
         tracker.log_metrics({"charts/val_loss": point["val_loss"], "charts/val_acc": point["val_acc"],
                              "charts/train_loss": point["train_loss"], "charts/seconds": point["time_s"]},

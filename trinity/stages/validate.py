@@ -30,8 +30,8 @@ def candidates(cfg: DictConfig, model: str, graph, workers: int) -> list:
             continue
         for method in [*cfg.run.placers, *cfg.run.searches]:
             job = config.Job(model, cluster, method, 0 if method in cfg.run.placers else int(cfg.run.seeds[0]))
-            if (config.search_dir(cfg, job) / "metrics.json").exists() and \
-                    read_json(config.search_dir(cfg, job) / "metrics.json").get("infeasible"):
+            done = config.search_dir(cfg, job) / "metrics.json"
+            if done.exists() and read_json(done).get("infeasible"):
                 continue  # e.g. the exact optimum of a graph too large to enumerate
             path = config.require(config.search_dir(cfg, job) / "strategy.json", "search",
                                   f"{model}-{cluster}-{method}-{job.seed}")
