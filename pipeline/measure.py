@@ -1,6 +1,6 @@
-"""Stage `measure`: a pipeline-parallel method's plan trained for real on local processes.
+"""Stage `measure` (and `measure_dp`): a pipeline plan, or a data-parallel method, trained for real on local processes.
 
-DVC runs it on params.yaml (see dvc.yaml); by hand: `python pipeline/measure.py job.model=transformer_lm12 job.method=pipedream`.
+DVC runs it on params.yaml (see dvc.yaml); by hand: `python pipeline/measure.py job.model=transformer_lm12 job.cluster=local4h job.method=pipedream`.
 """
 
 import os

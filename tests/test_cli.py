@@ -102,3 +102,16 @@ def test_bad_cluster_file(tmp_path, graph_file, capsys):
 def test_compare_on_reference_gnmt(reference_gnmt_path, capsys):
     code, out, _ = run(capsys, "compare", reference_gnmt_path, "--cluster", "p100x2", "p100x4")
     assert code == 0 and out.count("p100x4") >= 3
+
+
+def test_a_reader_that_leaves_the_pipe_early_is_no_error(graph_file):
+    """`trinity compare ... | head`: the reader is gone before the table is written; the command stops
+    quietly (status 141, as for SIGPIPE), no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "trinity.cli", "compare", str(graph_file), "--cluster", "p100x2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader leaves at once: every write to stdout fails with EPIPE
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err

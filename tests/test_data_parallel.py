@@ -210,3 +210,38 @@ def test_time_to_target_and_config_errors():
         TrainConfig.from_dict({"daso": {"nope": 1}})
     with pytest.raises(DataParallelError, match="method"):
         train("sgd", out_dir="/nonexistent")
+
+
+# ---------------------------------------------------------------- a registered model, ranks as a cluster says
+LINK = {"bandwidth_GBps": 2.0, "latency_us": 100}
+
+
+def test_cluster_train_config_takes_ranks_nodes_and_slowdown_from_the_cluster():
+    from trinity.data_parallel.measure import cluster_train_config
+
+    c = cluster_train_config(load_cluster("local4h"), "transformer_lm", 8)
+    assert (c.nproc, c.procs_per_node, c.slow_ranks, c.slowdown) == (4, 1, (2, 3), 2.0)
+    assert c.link is None and (c.daso.warmup_epochs, c.daso.cooldown_epochs) == (0, 0) and c.global_batch == 8
+    nodes = cluster_train_config(load_cluster("cpu2x2"), "transformer_lm", 8)
+    assert (nodes.procs_per_node, nodes.slow_ranks, nodes.slowdown) == (2, (), 1.0)
+    with pytest.raises(DataParallelError, match="one factor"):  # speeds 2, 2, 1, 0.5: factors 2 and 4
+        cluster_train_config(load_cluster("hetero4"), "transformer_lm", 8)
+    split = cluster_from_dict({"devices": [{"name": n, "node": k, "memory_GB": 8} for n, k in
+                                           (("a", "x"), ("b", "y"), ("c", "x"), ("d", "y"))],
+                               "default_link": LINK})
+    with pytest.raises(DataParallelError, match="consecutive"):
+        cluster_train_config(split, "transformer_lm", 8)
+    with pytest.raises(DataParallelError, match="model"):
+        TrainConfig(model="").validate()
+
+
+def test_measure_step_trains_a_registered_model_with_shares_by_speed(tmp_path):
+    from trinity.data_parallel.measure import measure_step
+
+    cluster = cluster_from_dict({"devices": [{"name": "fast", "speed": 1.0, "memory_GB": 8},
+                                             {"name": "slow", "speed": 0.5, "memory_GB": 8}], "default_link": LINK})
+    r = measure_step("hps", cluster, "transformer_lm", 8, steps=5, out_dir=tmp_path, timeout_s=90,
+                     options={"n_layers": 1, "d_model": 32, "d_ff": 64, "seq_len": 16, "vocab_size": 50})
+    assert r["slowdown"] == [1.0, 2.0] and r["step_time_us"] > 0 and r["sent_bytes_per_step"] > 0
+    assert sum(r["shares"]) == 8 and r["shares"][0] > r["shares"][1]  # rebalanced after 5 steps
+    assert np.isfinite(r["loss"]).all()

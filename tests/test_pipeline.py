@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -74,6 +75,10 @@ def test_smoke_leaves_every_report(smoke):
     assert all(f"transformer_lm,local4h,{m},0," in plans for m in ("tapp", "pipedream", "even", "dp")), plans
     families = (reports / "families.csv").read_text()
     assert {"op placement", "pipeline", "data parallel"} <= {line.split(",")[2] for line in families.splitlines()[1:]}
+    side = pd.read_csv(reports / "families.csv")
+    real = side[side["real_step_ms"].notna()]  # every pipeline and data-parallel entry, run for real on local4h
+    assert set(real["method"]) == {"tapp", "pipedream", "even", "ddp", "ps", "daso", "hps"}, side
+    assert (real["real_step_ms"] > 0).all() and real["measured_winner"].sum() == 1
     runs_table = (reports / "data_parallel.csv").read_text()
     assert all(f"\n{m},0,digits," in runs_table for m in ("ddp", "ps", "daso", "hps")), runs_table
 
@@ -84,9 +89,10 @@ def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
     assert len(parent) == 1 and parent["status"].iloc[0] == "FINISHED"
     children = table[table["tags.mlflow.parentRunId"] == parent["run_id"].iloc[0]]
     # 2 exports and profiles (tiny_cnn, transformer_lm), 1 embedding, 7 placers and 4 searches, validate,
-    # 4 data-parallel trainings, a layer profile, 4 pipeline plans measured for real, the families, report
+    # 4 data-parallel trainings, a layer profile, 4 pipeline plans and 4 data-parallel methods measured for
+    # real on the model, the families, report
     assert sorted(children["tags.trinity.stage"].value_counts().items()) == [
-        ("embed", 1), ("export", 2), ("families", 1), ("layers", 1), ("measure", 4), ("partition", 4),
+        ("embed", 1), ("export", 2), ("families", 1), ("layers", 1), ("measure", 8), ("partition", 4),
         ("profile", 2), ("report", 1), ("search", 11), ("train", 4), ("validate", 1)]
     assert set(children["status"]) == {"FINISHED"}
     trinity = children[children["tags.mlflow.runName"] == "search/tiny_cnn-p100x2-trinity-s0"]

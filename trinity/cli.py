@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 
 import numpy as np
@@ -521,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("trinity: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `trinity simulate ... | head`: the reader left; stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141  # 128 + SIGPIPE, the shell's status for a tool the pipe stopped
     return 0
 
 

@@ -109,7 +109,11 @@ class TrainConfig:
     momentum: float = 0.9
     target_val_loss: float = 0.15  # time to target = first evaluation at or below this
     data: str = "digits"  # "digits" (scikit-learn) or "synthetic"
-    link: LinkConfig = field(default_factory=LinkConfig)
+    # "mlp": the MLP above on `data`; else a registered PyTorch model (trinity.models) trained on its own
+    # example batch of `global_batch` samples (synthetic, fixed: for step times, not for accuracy)
+    model: str = "mlp"
+    model_options: dict = field(default_factory=dict)
+    link: LinkConfig | None = field(default_factory=LinkConfig)  # None: no emulated link (as the ranks connect)
     # DASO's warm-up and cool-down scaled from Heat's 4 + 4 of ~90 epochs to this run's 20
     daso: DasoConfig = field(default_factory=lambda: DasoConfig(warmup_epochs=2, cooldown_epochs=2))
     hps: HpsConfig = field(default_factory=HpsConfig)
@@ -136,7 +140,12 @@ class TrainConfig:
         _positive(self.target_val_loss, "target_val_loss")
         _check(self.data in ("digits", "synthetic"), "data", f"must be 'digits' or 'synthetic', got {self.data!r}")
         _positive(self.threads, "threads", integer=True)
-        self.link.validate()
+        _check(isinstance(self.model, str) and bool(self.model), "model",
+               f"must be 'mlp' or a registered PyTorch model, got {short_repr(self.model)}")
+        _check(isinstance(self.model_options, Mapping), "model_options",
+               f"must be a mapping, got {short_repr(self.model_options)}")
+        if self.link is not None:
+            self.link.validate()
         self.daso.validate()
         self.hps.validate()
         return self
@@ -155,7 +164,7 @@ class TrainConfig:
         for key, value in doc.items():
             if key not in known:
                 raise DataParallelError(f"unknown field; fields are {sorted(known)}", field=str(key))
-            if key in nested:
+            if key in nested and not (key == "link" and value is None):
                 sub = nested[key]
                 sub_known = {f.name for f in fields(sub)}
                 if not isinstance(value, Mapping):
@@ -166,6 +175,8 @@ class TrainConfig:
                                             field=f"{key}.{sorted(bad)[0]}")
                 value = sub(**value)
             elif key in ("slow_ranks", "hidden"):
+                if not isinstance(value, (list, tuple)):
+                    raise DataParallelError(f"must be a list, got {short_repr(value)}", field=key)
                 value = tuple(value)
             kwargs[key] = value
         return cls(**kwargs).validate()

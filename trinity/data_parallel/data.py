@@ -1,4 +1,5 @@
-"""The data set of the data-parallel runs: scikit-learn's digits, or labelled synthetic data.
+"""What the data-parallel runs train: the MLP on scikit-learn's digits (or labelled synthetic data), or a
+registered PyTorch model on its own example batch (`task`).
 
 digits: 1797 8x8 images of handwritten digits (10 classes) shipped inside scikit-learn (no download).
 A fixed split (seed 0, the same for every training seed) keeps 20% for validation; features are
@@ -9,9 +10,11 @@ results): 10 Gaussian clusters in 64 dimensions, 1797 samples, the same split.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from trinity.data_parallel.config import DataParallelError
 
@@ -66,3 +69,33 @@ def mlp(hidden: tuple[int, ...], seed: int) -> torch.nn.Module:
         width = h
     layers.append(torch.nn.Linear(width, N_CLASSES))
     return torch.nn.Sequential(*layers)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A model, its data and its loss (the mean over a batch); ``classifies``: accuracy means something."""
+
+    model: torch.nn.Module
+    data: Dataset
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    classifies: bool
+
+
+def task(cfg, seed: int) -> Task:
+    """The `TrainConfig`'s model, initialised from ``seed`` (equal on every rank).
+
+    A registered model trains on its example batch of ``global_batch`` samples, which is also its validation
+    set: fixed synthetic data, so its runs measure step times (and that the loss falls), not accuracy.
+    """
+    if cfg.model == "mlp":
+        return Task(mlp(cfg.hidden, seed), load(cfg.data), F.cross_entropy, True)
+    from trinity.errors import TrinityError
+    from trinity.export.torch_graph import build_torch_model
+    torch.manual_seed(seed)
+    try:
+        built, _, _ = build_torch_model(cfg.model, cfg.global_batch, **dict(cfg.model_options))
+    except TrinityError as e:
+        raise DataParallelError(str(e), field="model") from None
+    x, y = built.example_inputs[0], built.targets
+    data = Dataset(f"{cfg.model} example batch (synthetic)", x, y, x, y)
+    return Task(built.module, data, built.loss_fn, False)

@@ -5,8 +5,9 @@ through `trinity.runtime.torchrun.run_torchrun` and returns the merged result: m
 wall time to the target validation loss, final validation loss and accuracy, bytes sent (per rank and
 in total, counted by `Comm`), and the validation loss against wall time (one point per epoch).
 
-Every method trains the same MLP on the same batches for the same number of epochs; a step is one
-global batch of ``global_batch`` samples split over the workers (equally, or by speed for H-PS). The
+Every method trains the same model (the config's: an MLP on digits, or a registered PyTorch model on its
+example batch, for step times) on the same batches for the same number of epochs; a step is one global
+batch of ``global_batch`` samples split over the workers (equally, or by speed for H-PS). The
 wall clock starts after a barrier once every rank is set up and leaves out rank 0's evaluation and
 checkpoint writing. Rank 0 writes ``checkpoint.pt`` (model, optimizer or server state, schedule,
 curve) atomically after every epoch; ``resume=True`` continues from it.
@@ -22,7 +23,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from trinity.data_parallel.config import METHODS, DataParallelError, TrainConfig
 from trinity.fileio import atomic_write_bytes, read_json, write_json
@@ -44,9 +44,9 @@ def _set_grad(model: torch.nn.Module, flat: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def _evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    out = model(x)
-    return float(F.cross_entropy(out, y)), float((out.argmax(1) == y).float().mean())
+def _evaluate(task, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float | None]:
+    out = task.model(x)
+    return float(task.loss(out, y)), float((out.argmax(1) == y).float().mean()) if task.classifies else None
 
 
 def _save(path: Path, state: dict) -> None:
@@ -64,7 +64,7 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
 
     from trinity.data_parallel.comm import Comm
     from trinity.data_parallel.daso import DasoSchedule, DasoSync
-    from trinity.data_parallel.data import load, mlp
+    from trinity.data_parallel.data import task as make_task
     from trinity.data_parallel.hps import SpeedMeter, batch_shares
     from trinity.data_parallel.ps import ParameterServer
     from trinity.data_parallel.quantize import precision_for
@@ -74,8 +74,8 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
     if world != cfg.nproc:
         raise DataParallelError(f"launched on {world} ranks, config says {cfg.nproc}", field="nproc")
     comm = Comm(rank, world, cfg.procs_per_node, cfg.link)
-    data = load(cfg.data)
-    model = mlp(cfg.hidden, seed)
+    task = make_task(cfg, seed)
+    data, model = task.data, task.model
     G = cfg.global_batch
     all_ranks = tuple(range(world))
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum) \
@@ -133,7 +133,7 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
             tc = time.perf_counter()
             with throttle(slowdown):
                 model.zero_grad(set_to_none=False)
-                loss = F.cross_entropy(model(data.x_train[mine]), data.y_train[mine], reduction="sum")
+                loss = task.loss(model(data.x_train[mine]), data.y_train[mine]) * len(mine)  # the share's sum
                 (loss / G).backward()  # the sum over workers of these is the global batch's mean gradient
             dt = time.perf_counter() - tc
             compute_s += dt
@@ -178,7 +178,7 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
         now = clock()
         if rank == 0:
             te = time.perf_counter()
-            val_loss, val_acc = _evaluate(model, data.x_val, data.y_val)
+            val_loss, val_acc = _evaluate(task, data.x_val, data.y_val)
             curve.append({"epoch": epoch, "time_s": now, "train_loss": train_loss, "val_loss": val_loss,
                           "val_acc": val_acc})
             _save(ckpt, {"epoch": epoch, "elapsed_s": now, "model": model.state_dict(),
@@ -192,7 +192,7 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
     if dump_params:
         result["params"] = parameters_to_vector(model.parameters()).tolist()
     if rank == 0:
-        result.update(train_time_s=clock(), curve=curve, history=history, data=data.name,
+        result.update(train_time_s=clock(), curve=curve, history=history, data=data.name, steps_per_epoch=steps,
                       resumed_from_epoch=start_epoch if start_epoch else None, shares=shares)
     comm.close()
     dist.barrier()
@@ -257,7 +257,7 @@ def train(method: str, *, seed: int = 0, config: TrainConfig | None = None, out_
         "sent_bytes_per_rank": [r["sent_bytes"] for r in ranks],
         "compute_s_per_rank": [r["compute_s"] for r in ranks],
         "link_wait_s_per_rank": [r["link_wait_s"] for r in ranks],
-        "curve": curve, "history": head["history"], "shares": head["shares"],
+        "curve": curve, "history": head["history"], "shares": head["shares"], "steps_per_epoch": head["steps_per_epoch"],
         "resumed_from_epoch": head["resumed_from_epoch"],
     }
     if "params" in head:

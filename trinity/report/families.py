@@ -4,24 +4,52 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from trinity.fileio import read_json
+from trinity.plots import _save, plt
 
 
 def side_by_side(results_dir: Path) -> pd.DataFrame:
-    """``results/families/<model>.json`` as one row per model x cluster x entry, the winner marked."""
+    """``results/families/<model>.json`` as one row per model x cluster x entry: the predicted winner marked
+    (``winner``), and on clusters of local ranks each entry's real step time and the measured winner."""
     rows = []
     for path in sorted((Path(results_dir) / "families").glob("*.json")):
         doc = read_json(path)
         for case in doc.get("cases", []):
             top = case.get("winner") or {}
+            real_top = case.get("measured_winner") or {}
             for entry in case["entries"]:
                 won = entry["family"] == top.get("family") and entry["method"] == top.get("method")
+                real = entry.get("real_step_ms")
                 rows.append({"model": case["model"], "cluster": case["cluster"], "family": entry["family"],
                              "method": entry["method"], "step_time_ms": round(entry["step_time_ms"], 3),
                              "comm_share": round(entry["comm_share"], 4), "comm_MB": round(entry["comm_MB"], 3),
                              "peak_memory_GB": round(entry["peak_memory_GB"], 4), "fits": entry["fits"],
-                             "winner": won, "real_step_ms": top.get("real_step_ms") if won else None,
+                             "winner": won, "real_step_ms": None if real is None else round(real, 3),
+                             "measured_winner": (entry["family"] == real_top.get("family")
+                                                 and entry["method"] == real_top.get("method")) if real_top else None,
                              "note": top.get("note", "") if won else "", "detail": entry.get("detail", "")})
     return pd.DataFrame(rows)
+
+
+def plot_measured(table: pd.DataFrame, path) -> bool:
+    """Predicted beside measured step time of every entry run for real, one panel per model x cluster."""
+    real = table[pd.to_numeric(table["real_step_ms"], errors="coerce").notna()]
+    if not len(real):
+        return False
+    cases = list(dict.fromkeys(zip(real["model"], real["cluster"])))
+    fig, axes = plt.subplots(1, len(cases), figsize=(5 * len(cases), 4), squeeze=False)
+    for ax, (model, cluster) in zip(axes[0], cases):
+        part = real[(real["model"] == model) & (real["cluster"] == cluster)]
+        x = np.arange(len(part))
+        ax.bar(x - 0.2, part["step_time_ms"].astype(float), 0.4, label="predicted")
+        ax.bar(x + 0.2, part["real_step_ms"].astype(float), 0.4, label="measured")
+        ax.set_xticks(x, [f"{m}{'*' if w else ''}" for m, w in zip(part["method"], part["winner"])], rotation=30)
+        ax.set_ylabel("step time (ms)")
+        ax.set_title(f"{model} on {cluster} (* predicted winner)", fontsize=9)
+        ax.legend(fontsize=8)
+    fig.suptitle("pipelines and data parallelism: predicted and measured on local ranks")
+    _save(fig, path)
+    return True

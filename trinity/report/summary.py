@@ -80,15 +80,22 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
         lines += ["## Every family side by side (`families.csv`)", "",
                   "Per model and cluster, each family's strategies as its own cost model predicts them on the same "
                   "cluster (op placement: the op graph's simulator; pipelines and data parallelism: the layer "
-                  "profile), the winner marked, with its real step time where it was run.", ""]
+                  "profile), the predicted winner marked; on the clusters of local ranks every pipeline and "
+                  "data-parallel entry was also trained for real (`real_step_ms`) and the measured winner is "
+                  "marked (op placement runs on TensorFlow workers, not on these PyTorch models).", ""]
         for (model, cluster), case in families.groupby(["model", "cluster"], sort=False):
             top = case[case["winner"]]
             if len(top):
                 t = top.iloc[0]
                 real = (f", {t['real_step_ms']:.2f} ms measured" if pd.notna(t["real_step_ms"])
                         else f" ({t['note']})")
-                lines.append(f"- {model} on {cluster}: {t['family']} ({t['method']}) wins at "
-                             f"{t['step_time_ms']:.2f} ms predicted{real}")
+                line = f"- {model} on {cluster}: {t['family']} ({t['method']}) wins at {t['step_time_ms']:.2f} ms predicted{real}"
+                fastest = case[case["measured_winner"] == True]  # noqa: E712 (None where nothing was measured)
+                if len(fastest):
+                    f = fastest.iloc[0]
+                    line += (f"; measured, {f['family']} ({f['method']}) is fastest at {f['real_step_ms']:.2f} ms"
+                             + (" (the predicted winner)" if f["method"] == t["method"] else ""))
+                lines.append(line)
         lines += ["", md(families.drop(columns=["detail", "note"])), ""]
     lines += ["## Best method per case (lowest mean runtime that fits)", ""]
     lines += [f"- {case}: {v['best_method']} ({v['best_step_time_ms']} ms)" for case, v in summary["cases"].items()]

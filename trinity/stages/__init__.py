@@ -37,7 +37,7 @@ def run_name(stage: str, job: config.Job) -> str:
     if stage == "partition":
         return f"partition/{job.case}"
     if stage == "measure":
-        return f"measure/{job.model}-{job.method}"
+        return f"measure/{job.model}-{job.cluster}-{job.method}"
     return stage if stage == "report" else f"{stage}/{job.model}"
 
 

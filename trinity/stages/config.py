@@ -73,10 +73,11 @@ def check_run(cfg: DictConfig) -> None:
         if run.get(family):
             lists[f"{family}.methods"] = run[family].methods or []
     if run.get("pipeline_parallel"):
-        if cfg.pipeline_parallel.measure.cluster not in run.pipeline_parallel.clusters:
-            raise TrinityError(f"{cfg.pipeline_parallel.measure.cluster!r} is not in run.pipeline_parallel.clusters "
-                               f"{list(run.pipeline_parallel.clusters)}: its plans would not exist",
-                               field="pipeline_parallel.measure.cluster")
+        for name in cfg.pipeline_parallel.measure.clusters:
+            if name not in run.pipeline_parallel.clusters:
+                raise TrinityError(f"{name!r} is not in run.pipeline_parallel.clusters "
+                                   f"{list(run.pipeline_parallel.clusters)}: its plans would not exist",
+                                   field="pipeline_parallel.measure.clusters")
         if 0 not in run.pipeline_parallel.seeds:
             raise TrinityError("must include seed 0 (the measure stage runs the seed-0 plans)",
                                field="run.pipeline_parallel.seeds")
@@ -187,7 +188,6 @@ def flat_params(cfg: DictConfig, j: Job, stage: str) -> dict[str, Any]:
         sections["pipeline_parallel"] = OmegaConf.to_container(cfg.pipeline_parallel, resolve=True)
     if stage in ("partition", "measure"):
         sections["method"] = OmegaConf.to_container(cfg.methods[j.method])
-    if stage == "partition":
         sections["cluster"] = {"name": j.cluster, "devices": len(cfg.clusters[j.cluster].devices)}
     out: dict[str, Any] = {}
 
@@ -248,7 +248,8 @@ def partition_dir(cfg: DictConfig, j: Job) -> Path:
 
 
 def measure_dir(cfg: DictConfig, j: Job) -> Path:
-    return Path(cfg.paths.results) / "measure" / j.model / j.method
+    """A real run of a pipeline or data-parallel method: ``results/measure/<model>/<cluster>-<method>/``."""
+    return Path(cfg.paths.results) / "measure" / j.model / f"{j.cluster}-{j.method}"
 
 
 def families_file(cfg: DictConfig, model: str) -> Path:

@@ -3,7 +3,9 @@
 Op placement: the placers of run.families.placers on the model's profiled op graph (and the searches
 of the search stage where they ran on that cluster); pipelines: the partition stage's plans (mean over
 seeds); data parallelism: the data-parallel cost model on the layer profile. The winner per cluster is
-named, with its real step time where the measure stage ran it. Out: ``results/families/<model>.json``.
+named. On the clusters of local ranks (``pipeline_parallel.measure.clusters``) every pipeline and
+data-parallel entry carries its real step time from the measure stages, and the measured winner is named
+beside the predicted one. Out: ``results/families/<model>.json``.
 """
 
 from __future__ import annotations
@@ -44,32 +46,41 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
         entries += data_parallel_entries(profile, cluster, list(cfg.run.data_parallel.methods))
         top = winner(entries)
         rows = [e.row() for e in entries]
-        measured = None
-        if top is not None and name == cfg.pipeline_parallel.measure.cluster:
-            method = top.method if top.family == "pipeline" else ("dp" if top.method == "ddp" else None)
-            path = config.measure_dir(cfg, config.Job(job.model, name, method or "", 0))
-            if method and (path / "metrics.json").exists():
-                measured = read_json(path / "metrics.json")["real_step_ms"]
-        reason = "" if measured is not None else _not_measured(top, name, str(cfg.pipeline_parallel.measure.cluster))
+        measured_here = name in cfg.pipeline_parallel.measure.clusters
+        if measured_here:
+            for row in rows:
+                path = config.measure_dir(cfg, config.Job(job.model, name, row["method"], 0)) / "metrics.json"
+                if row["family"] != "op placement":
+                    row["real_step_ms"] = read_json(config.require(path, "measure", f"{job.model}-{name}-"
+                                                                   f"{row['method']}"))["real_step_ms"]
+        real = [r for r in rows if r.get("real_step_ms") is not None]
+        real_top = min(real, key=lambda r: r["real_step_ms"]) if real else None
+        measured = next((r["real_step_ms"] for r in real if top is not None and r["method"] == top.method), None)
+        reason = "" if measured is not None else _not_measured(top, measured_here)
         cases.append({"model": job.model, "cluster": name, "entries": rows,
                       "winner": None if top is None else {"family": top.family, "method": top.method,
                                                           "step_time_ms": top.cost.step_time_us / 1e3,
-                                                          "real_step_ms": measured, "note": reason}})
+                                                          "real_step_ms": measured, "note": reason},
+                      "measured_winner": None if real_top is None else {
+                          "family": real_top["family"], "method": real_top["method"],
+                          "real_step_ms": real_top["real_step_ms"]}})
         if top is not None:
             tracker.log_metrics({f"families/{name}/winner_step_ms": top.cost.step_time_us / 1e3}, step=0)
             print(f"{job.model} on {name}: {top.family} ({top.method}) wins at {top.cost.step_time_us / 1e3:.2f} ms "
                   f"predicted" + (f", {measured:.2f} ms measured" if measured is not None else f" ({reason})"))
+        if real_top is not None:
+            tracker.log_metrics({f"families/{name}/measured_winner_step_ms": real_top["real_step_ms"]}, step=0)
+            print(f"{job.model} on {name}: measured, {real_top['family']} ({real_top['method']}) is fastest at "
+                  f"{real_top['real_step_ms']:.2f} ms (op placement not run: TensorFlow workers only)")
     out = config.families_file(cfg, job.model)
     write_json(out, {"model": job.model, "op_scale": scale, "cases": cases})
     tracker.log_artifact(out)
 
 
-def _not_measured(top, cluster: str, measured_cluster: str) -> str:
+def _not_measured(top, measured_here: bool) -> str:
     """Why a case's winner has no real step time."""
-    if top is not None and top.family == "op placement":
-        return "not measured: op placement runs on TensorFlow workers, this is a PyTorch model"
-    if cluster != measured_cluster:
-        return f"not measured: the real runs use cluster {measured_cluster}"
     if top is None:
         return "no entry fits"
-    return "not measured: the data-parallel runs train the digits model, not this one"
+    if top.family == "op placement":
+        return "not measured: op placement runs on TensorFlow workers, this is a PyTorch model"
+    return "not measured: not a cluster of local ranks (pipeline_parallel.measure.clusters)"

@@ -1,53 +1,95 @@
-"""Stage `measure`: one pipeline-parallel method's plan trained for real on local torch.distributed
-processes, beside the cost model's prediction of it.
+"""Stage `measure` (DVC stages ``measure`` and ``measure_dp``): one method trained for real on local
+torch.distributed processes, beside the cost model's prediction of it.
 
-The plan is the method's seed-0 plan for ``pipeline_parallel.measure.cluster``, a cluster of local
-processes: each rank is slowed by (fastest device's speed / its own), as that cluster's speeds say.
-Out: ``results/measure/<model>/<method>/`` (summary.json, the ranks' logs) and ``<method>.metrics.json``.
+The cluster (``job.cluster``, one of ``pipeline_parallel.measure.clusters``) describes local processes:
+each rank is slowed by (fastest device's speed / its own). A pipeline-parallel method runs its seed-0
+plan for that cluster (the partition stage's); a data-parallel method (DDP, PS, DASO, H-PS) trains the
+model itself on every rank (`trinity.data_parallel.measure`). Out: ``results/measure/<model>/<cluster>-
+<method>/`` (summary.json, the ranks' logs, metrics.json) and ``<cluster>-<method>.metrics.json`` beside.
 """
 
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from trinity.errors import TrinityError
 from trinity.fileio import read_json, write_json
 from trinity.stages import config
 
 
 def run(cfg: DictConfig, job: config.Job, tracker) -> None:
-    from trinity.pipeline_parallel import PipelinePlan, measure, measure_data_parallel
     from trinity.profile.layers import LayerProfile
 
     m = cfg.pipeline_parallel.measure
-    planned = config.Job(job.model, str(m.cluster), job.method, 0)
-    folder = config.partition_dir(cfg, planned)
-    predicted = read_json(config.require(folder / "metrics.json", "partition",
-                                         f"{job.model}-{m.cluster}-{job.method}-0"))
-    cluster = config.cluster(cfg, str(m.cluster))
-    fastest = max(d.speed for d in cluster.devices)
-    slowdown = [fastest / d.speed for d in cluster.devices]
+    if job.cluster not in m.clusters:
+        raise TrinityError(f"{job.cluster!r} is not a cluster of local ranks; those are {list(m.clusters)}",
+                           field="job.cluster")
+    kind = cfg.methods[job.method].kind
+    cluster = config.cluster(cfg, job.cluster)
     spec = cfg.models[job.model]
     profile = LayerProfile.load(config.require(config.layers_file(cfg, job.model), "layers", job.model))
     out = config.measure_dir(cfg, job)
+    options = OmegaConf.to_container(spec.options)
+    if kind == "pipeline-parallel":
+        metrics = _pipeline(cfg, job, cluster, spec.name, profile, options, out)
+    elif kind == "data-parallel":
+        metrics = _data_parallel(cfg, job, cluster, spec.name, profile, options, out)
+    else:
+        raise TrinityError(f"method {job.method!r} is a {kind} method; measure takes pipeline-parallel or "
+                           f"data-parallel methods", field=f"methods.{job.method}.kind")
+    real_ms, sim_ms = metrics["real_step_ms"], metrics["sim_step_ms"]
+    metrics["step_error"] = (sim_ms - real_ms) / real_ms
+    write_json(out / "metrics.json", metrics)
+    write_json(config.metrics_beside(out), {k: v for k, v in metrics.items() if not isinstance(v, list)})
+    tracker.log_metrics({"real/step_ms": real_ms, "sim/step_ms": sim_ms, "sim/step_error": metrics["step_error"],
+                         **({"real/comm_share": metrics["real_comm_share"]}
+                            if metrics.get("real_comm_share") is not None else {})}, step=0)
+    tracker.log_artifact(out / "metrics.json")
+    print(f"{job.method} on {job.model}, {job.cluster} for real: {real_ms:.1f} ms per step (predicted {sim_ms:.1f} ms, "
+          f"{metrics['step_error']:+.0%}) -> {out}")
+
+
+def _slowdown(cluster) -> list[float]:
+    fastest = max(d.speed for d in cluster.devices)
+    return [fastest / d.speed for d in cluster.devices]
+
+
+def _pipeline(cfg, job, cluster, model_name, profile, options, out) -> dict:
+    from trinity.pipeline_parallel import PipelinePlan, measure, measure_data_parallel
+
+    m = cfg.pipeline_parallel.measure
+    folder = config.partition_dir(cfg, config.Job(job.model, job.cluster, job.method, 0))
+    predicted = read_json(config.require(folder / "metrics.json", "partition",
+                                         f"{job.model}-{job.cluster}-{job.method}-0"))
+    slowdown = _slowdown(cluster)
     common = dict(steps=int(m.steps), warmup=int(m.warmup), slowdown=slowdown, timeout_s=float(m.timeout_s),
-                  out_dir=out, options=OmegaConf.to_container(spec.options), threads=1)
+                  out_dir=out, options=options, threads=1)
     if (folder / "plan.json").exists():
         plan = PipelinePlan.load(folder / "plan.json")
-        measured = measure(plan, spec.name, profile.batch, profile=profile, cluster=cluster, **common)
-    else:  # data parallelism over every device
-        measured = measure_data_parallel(spec.name, profile.batch, **common)
-    real_ms, sim_ms = measured["step_time_us"] / 1e3, predicted["step_time_ms"]
-    metrics = {"model": job.model, "cluster": str(m.cluster), "method": job.method, "plan": predicted["plan"],
-               "slowdown": slowdown, "real_step_ms": real_ms, "sim_step_ms": sim_ms,
-               "step_error": (sim_ms - real_ms) / real_ms, "real_comm_share": measured.get("comm_share"),
-               "sim_comm_share": predicted["comm_share"], "real_memory_MB": [b / 1e6 for b in measured["memory_bytes"]],
-               "sim_memory_MB": [g * 1e3 for g in predicted["memory_per_device_GB"]], "loss": measured.get("loss")}
-    write_json(out / "metrics.json", metrics)
-    write_json(config.metrics_beside(out),
-               {k: v for k, v in metrics.items() if not isinstance(v, list)})
-    tracker.log_metrics({"real/step_ms": real_ms, "sim/step_ms": sim_ms, "sim/step_error": metrics["step_error"],
-                         **({"real/comm_share": metrics["real_comm_share"]} if metrics["real_comm_share"] is not None
-                            else {})}, step=0)
-    tracker.log_artifact(out / "metrics.json")
-    print(f"{job.method} on {job.model}, {m.cluster} for real: {real_ms:.1f} ms per step (predicted {sim_ms:.1f} ms, "
-          f"{metrics['step_error']:+.0%}) -> {out}")
+        measured = measure(plan, model_name, profile.batch, profile=profile, cluster=cluster, **common)
+    else:  # the pipeline family's BSP data-parallel baseline over every device
+        measured = measure_data_parallel(model_name, profile.batch, **common)
+    return {"model": job.model, "cluster": job.cluster, "method": job.method, "family": "pipeline",
+            "plan": predicted["plan"], "slowdown": slowdown, "real_step_ms": measured["step_time_us"] / 1e3,
+            "sim_step_ms": predicted["step_time_ms"], "real_comm_share": measured.get("comm_share"),
+            "sim_comm_share": predicted["comm_share"], "real_memory_MB": [b / 1e6 for b in measured["memory_bytes"]],
+            "sim_memory_MB": [g * 1e3 for g in predicted["memory_per_device_GB"]], "loss": measured.get("loss")}
+
+
+def _data_parallel(cfg, job, cluster, model_name, profile, options, out) -> dict:
+    from trinity.data_parallel import DataParallelWork, step_cost
+    from trinity.data_parallel.measure import measure_step
+
+    m = cfg.pipeline_parallel.measure
+    method = str(cfg.methods[job.method].method)
+    predicted = step_cost(method, cluster, DataParallelWork.from_layers(profile))
+    measured = measure_step(method, cluster, model_name, profile.batch, steps=int(m.steps), out_dir=out,
+                            options=options, timeout_s=float(m.timeout_s))
+    write_json(out / "summary.json", measured)
+    return {"model": job.model, "cluster": job.cluster, "method": job.method, "family": "data parallel",
+            "plan": f"{method} over {cluster.n_devices} ranks, shares {measured['shares']}",
+            "slowdown": measured["slowdown"], "real_step_ms": measured["step_time_us"] / 1e3,
+            "sim_step_ms": predicted.step_time_us / 1e3, "real_comm_share": None,
+            "sim_comm_share": predicted.comm_share, "real_sent_MB_per_step": measured["sent_bytes_per_step"] / 1e6,
+            "sim_sent_MB_per_step": float(predicted.sent_bytes.sum()) / 1e6,
+            "sim_memory_MB": [b / 1e6 for b in predicted.memory_bytes], "loss": measured["loss"][-1]}
