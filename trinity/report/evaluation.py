@@ -13,10 +13,11 @@ import pandas as pd
 from trinity.plots import _save, plt
 
 #: seeded methods, in the order the table lists them
-SEEDED = ("annealing", "hierarchical", "hierarchical-warm", "trinity", "trinity-warm")
+SEEDED = ("annealing", "annealing-long", "hierarchical", "hierarchical-warm", "trinity", "trinity-warm",
+          "trinity-runtime")
 PLACER_EXCLUDED = ("optimum",) + SEEDED  # what is not "a placer" when picking the best placer
 #: methods that start from the best placer's strategy (by reward): not above it by construction
-STARTS_AT_BEST = ("annealing", "hierarchical-warm", "trinity-warm")
+STARTS_AT_BEST = ("annealing", "annealing-long", "hierarchical-warm", "trinity-warm", "trinity-runtime")
 
 
 def _r(value, digits: int = 3):

@@ -11,8 +11,8 @@ from trinity.errors import TrinityError
 from trinity.fileio import read_json
 
 #: the order methods appear in, the paper's baselines first
-METHOD_ORDER = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct", "annealing", "hierarchical",
-                "hierarchical-warm", "trinity", "trinity-warm", "optimum")
+METHOD_ORDER = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct", "annealing", "annealing-long",
+                "hierarchical", "hierarchical-warm", "trinity", "trinity-warm", "trinity-runtime", "optimum")
 METRICS = ("step_time_ms", "peak_comm_MB", "peak_memory_GB")
 
 
