@@ -35,6 +35,7 @@ repro: params  ## the main job: the default pipeline end to end (reports/, mlflo
 bench: $(STAMP)  ## benchmark figures (ratios measured in the same run); exports models into data/ first
 	$(PY) benchmarks/bench_export.py --out data
 	$(PY) benchmarks/bench_sim.py --reference-graph $(REFERENCE_GNMT)
+	$(PY) benchmarks/bench_scale.py
 	# a shell glob, expanded when this line runs (make's $$(wildcard) would be expanded before the export)
 	$(PY) benchmarks/bench_search.py --reference-graph $(REFERENCE_GNMT) data/*_profiled.json.gz
 	$(PY) benchmarks/bench_runtime.py

@@ -316,4 +316,4 @@ def test_the_default_group_count_never_exceeds_the_units(tmp_path):
     cfg = config("hierarchical", 1)
     cfg.num_groups = None
     s = Search(two_chains(), cluster(), cfg, tmp_path, progress=False)
-    assert s.cfg.policy.num_groups == two_chains().arrays.n_groups < 40
+    assert s.num_groups == s.cfg.hierarchical.num_groups == two_chains().arrays.n_groups < 40

@@ -198,13 +198,16 @@ def cmd_search(args) -> None:
     from trinity.track import MLflowTracker, NullTracker, end_status
 
     g, cluster = _graph(args.graph), load_cluster(args.cluster)
+    from trinity.rl.hierarchical import HierarchicalConfig
     from trinity.rl.policy import PolicyConfig
 
+    networks = {"policy": PolicyConfig(**({"lstm_hidden": args.hidden} if args.hidden else {})),
+                "hierarchical": HierarchicalConfig(**({"hidden": args.hidden} if args.hidden else {}))}
     cfg = SearchConfig(method=args.method, iterations=args.iterations, batch=args.batch, num_groups=args.groups,
                        lr=args.lr, seed=args.seed, warm_start=args.warm_start, threads=args.threads,
                        warm_start_steps=args.warm_start_steps,
                        checkpoint_every=args.checkpoint_every, ppo_epochs=args.ppo_epochs,
-                       policy=PolicyConfig(lstm_hidden=args.hidden))
+                       **networks)
     out = Path(args.out or f"runs/{g.name}-{cluster.name}-{args.method}-s{args.seed}")
     tracker = NullTracker()
     if not args.no_mlflow:
@@ -433,8 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_int_in(1, MAX_SEARCH_BATCH), default=8, help="strategies sampled per iteration")
     p.add_argument("--groups", type=_int_in(1), help="k (default 256; hierarchical: min(256, 20 x devices))")
     p.add_argument("--lr", type=_positive_float, help="Adam's rate (default 1e-3; 1e-4 after --warm-start)")
-    p.add_argument("--hidden", type=_int_in(1, MAX_HIDDEN), default=128,
-                   help="LSTM units of the schedule network (paper: 256)")
+    p.add_argument("--hidden", type=_int_in(1, MAX_HIDDEN),
+                   help="LSTM units of the schedule network (trinity: default 128, paper 256) or of "
+                        "Hierarchical's Placer (default 256, published 512)")
     p.add_argument("--ppo-epochs", type=_int_in(1), default=2)
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--threads", type=_int_in(1, MAX_THREADS), default=1)

@@ -103,3 +103,115 @@ def random_dag(n_ops: int, edge_prob: float, *, seed: int = 0) -> OpGraph:
                 if rng.random() < 0.1:  # a second edge from the same tensor or another output
                     edges.append(Edge(f"n{u}", f"n{v}", int(rng.integers(0, n_out[u]))))
     return OpGraph(ops, edges, name=f"random{n_ops}", meta={"seed": seed})
+
+
+#: Convolutions per branch of one Inception-style block: 1x1; 1x1 -> 3x3; 1x1 -> 3x3 -> 3x3; pool -> 1x1.
+_BRANCHES = (1, 2, 3, 1)
+
+
+def training_graph(n_ops: int = 100_000, *, batch: int = 32, seed: int = 0) -> OpGraph:
+    """A training step shaped like a real one, of at least ``n_ops`` ops: a deep stack of
+    Inception-style blocks (four branches of convolutions, joined by a concat), then the backward
+    pass in reverse and one optimizer update per weight.
+
+    Each convolution is a variable with its read (colocated, as TensorFlow does), Conv2D and Relu;
+    backward, ReluGrad, the two conv gradients (input and filter) and ApplyAdam (colocated with
+    its variable). A concat's gradient is sliced back to the branches and the branches' input
+    gradients summed (AddN). Sizes follow the network: activations of batch x H x W x C floats
+    (the spatial size halves and channels double every quarter of the depth), weights of
+    3x3 or 1x1 x C x C floats (kept three times: weights and Adam's two slots); times are
+    proportional to FLOPs at about 10 TFLOP/s with log-normal noise; convolutions hold scratch
+    space while they run. Deterministic for a seed.
+    """
+    rng = np.random.default_rng(seed)
+    ops: list[Op] = []
+    edges: list[Edge] = []
+
+    def op(name, kind, us, out=(), persistent=0, temporary=0, group=None) -> str:
+        noise = float(rng.lognormal(0.0, 0.3))
+        ops.append(Op(name, kind, compute_us=float(us) * noise, output_bytes=tuple(int(b) for b in out),
+                      persistent_bytes=int(persistent), temporary_bytes=int(temporary), colocation_group=group))
+        return name
+
+    def edge(src, dst, k: int | None = 0) -> None:
+        edges.append(Edge(src, dst, k))
+
+    per_block = sum(8 * n for n in _BRANCHES) + 1 + 1 + 4 + 1 + 1  # convs, pool, concat, slices, AddN, pool grad
+    n_blocks = max(1, -(-(n_ops - 3) // per_block))  # 3: input, loss, loss gradient
+    flops_per_us = 1e7  # 10 TFLOP/s
+    x = op("input", "Placeholder", 0.0, out=(batch * 56 * 56 * 64 * 4,))
+    blocks = []
+    for b in range(n_blocks):
+        stage = min(3, 4 * b // n_blocks)
+        hw, channels = 56 >> stage, 64 << stage
+        act = batch * hw * hw * channels * 4
+        p = f"b{b}/"
+        pool = op(p + "pool", "MaxPool", act / 4e4, out=(act,))
+        edge(x, pool)
+        layers = []  # per branch: [(input, var, read, conv, relu)]
+        ends = []
+        for r, depth in enumerate(_BRANCHES):
+            prev = pool if r == 3 else x
+            branch = []
+            for i in range(depth):
+                q = f"{p}r{r}c{i}/"
+                k = 3 if (r in (1, 2) and i > 0) else 1
+                weights = k * k * channels * channels * 4
+                var = op(q + "w", "VariableV2", 0.0, out=(weights,), persistent=3 * weights, group=q + "w")
+                read = op(q + "read", "Identity", 1.0, out=(weights,), group=q + "w")
+                flops = 2.0 * batch * hw * hw * k * k * channels * channels
+                conv = op(q + "conv", "Conv2D", flops / flops_per_us, out=(act,), temporary=act // 2)
+                relu = op(q + "relu", "Relu", act / 4e4, out=(act,))
+                edge(var, read)
+                edge(prev, conv)
+                edge(read, conv)
+                edge(conv, relu)
+                branch.append((prev, var, read, conv, relu, flops, weights))
+                prev = relu
+            layers.append(branch)
+            ends.append(prev)
+        concat = op(p + "concat", "ConcatV2", act / 2e4, out=(act,))
+        for end in ends:
+            edge(end, concat)
+        blocks.append((pool, layers, act))
+        x = concat
+    loss = op("loss", "Mean", 10.0, out=(4,))
+    edge(x, loss)
+    grad = op("loss_grad", "Fill", 5.0, out=(blocks[-1][2],))
+    edge(loss, grad)
+
+    for b in reversed(range(n_blocks)):  # backward, last block first
+        pool, layers, act = blocks[b]
+        p = f"b{b}/"
+        to_input = []
+        for r, branch in enumerate(layers):
+            g = op(f"{p}r{r}/slice", "Slice", act / 4e4, out=(act,))
+            edge(grad, g)
+            for prev, var, read, conv, relu, flops, weights in reversed(branch):
+                q = conv[:-len("conv")]
+                rg = op(q + "relu_grad", "ReluGrad", act / 4e4, out=(act,))
+                edge(g, rg)
+                edge(relu, rg)
+                gi = op(q + "grad_input", "Conv2DBackpropInput", flops / flops_per_us, out=(act,), temporary=act // 2)
+                gf = op(q + "grad_filter", "Conv2DBackpropFilter", flops / flops_per_us, out=(weights,),
+                        temporary=act // 2)
+                edge(rg, gi)
+                edge(read, gi)
+                edge(rg, gf)
+                edge(prev, gf)
+                update = op(q + "adam", "ApplyAdam", weights / 4e4, group=q + "w")
+                edge(gf, update)
+                edge(var, update, None)  # updates the variable in place
+                g = gi
+            if r == 3:  # through the pool
+                pg = op(f"{p}pool_grad", "MaxPoolGrad", act / 4e4, out=(act,))
+                edge(g, pg)
+                edge(pool, pg)
+                g = pg
+            to_input.append(g)
+        summed = op(f"{p}addn", "AddN", act / 2e4, out=(act,))
+        for g in to_input:
+            edge(g, summed)
+        grad = summed
+    return OpGraph(ops, edges, name=f"training{len(ops)}",
+                   meta={"synthetic": "training_graph", "seed": seed, "batch": batch, "blocks": n_blocks})

@@ -124,15 +124,11 @@ class MemoryBudget:
         return self.group_bytes[g] <= self.free[device]
 
     def allowed(self, op: int) -> np.ndarray:
-        """Devices the op may go to: its group's device, or any with room for the group."""
-        return np.flatnonzero(self.allowed_matrix(np.array([op]))[0])
-
-    def allowed_matrix(self, ops: np.ndarray) -> np.ndarray:
-        """bool[len(ops), n_devices]: for each op, whether `allowed` includes each device."""
-        g = self.group[ops]
-        pinned = self.group_device[g][:, None]
-        return np.where(pinned >= 0, pinned == np.arange(len(self.free)),
-                        self.group_bytes[g][:, None] <= self.free)
+        """Devices the op may go to (ascending): its group's device, or any with room for the group."""
+        g = self.group[op]
+        if self.group_device[g] >= 0:
+            return self.group_device[g:g + 1].copy()
+        return np.flatnonzero(self.group_bytes[g] <= self.free)
 
     def assign(self, op: int, device: int) -> None:
         g = self.group[op]

@@ -48,9 +48,13 @@ def place_expert(graph: OpGraph, cluster: Cluster) -> np.ndarray:
     for op, want in zip(order.tolist(), target.tolist()):
         dev = budget.pinned(op)
         if dev < 0:
-            dev = next((d % n_dev for d in range(want, want + n_dev) if budget.fits(op, d % n_dev)), -1)
-            if dev < 0:
-                raise budget.no_room(op)
+            dev = want
+            if not budget.fits(op, want):  # the next device with room, cyclically
+                allowed = budget.allowed(op)
+                if len(allowed) == 0:
+                    raise budget.no_room(op)
+                i = int(np.searchsorted(allowed, want))
+                dev = int(allowed[i if i < len(allowed) else 0])
             budget.assign(op, dev)
         placement[op] = dev
     return placement

@@ -40,8 +40,9 @@ def place_round_robin(graph: OpGraph, cluster: Cluster) -> np.ndarray:
     """Groups in topological order dealt to devices in turn (skipping full ones)."""
     n = cluster.n_devices
 
-    def choose(k, allowed):
-        return int(min(allowed, key=lambda d: (d - k) % n))
+    def choose(k, allowed):  # the first allowed device from k % n on, cyclically (allowed is ascending)
+        i = int(np.searchsorted(allowed, k % n))
+        return int(allowed[i if i < len(allowed) else 0])
 
     return _by_groups(graph, cluster, choose)
 

@@ -7,8 +7,11 @@ and updates the policy:
 * ``trinity``: MDPE reward, PPO (several epochs of the clipped objective on
   R - b over the batch), Adam, gradient-norm clip, logit noise that decays
   to zero over the first ``noise_steps`` iterations;
-* ``hierarchical`` (Mirhoseini et al. 2018): reward -sqrt(runtime), one
-  REINFORCE step per batch, k = min(256, 20 * devices) groups.
+* ``hierarchical`` (Mirhoseini et al. 2018): the published Grouper and
+  seq2seq Placer (trinity/rl/hierarchical.py) over features of the graph
+  itself, reward -sqrt(runtime), one REINFORCE step per batch,
+  k = min(256, 20 * devices) groups, the release's logit noise and
+  learning-rate decay.
 
 Trinity overlaps sampling with learning (``overlap_sampling``): while
 iteration t's PPO update runs, a second thread samples and simulates
@@ -50,6 +53,7 @@ from trinity.placement import Strategy as StrategyFile
 from trinity.progress import progress as progress_bar
 from trinity.reward import MDPEConfig, hierarchical_reward, mdpe_reward
 from trinity.rl.algorithms import EMABaseline, ppo_loss, reinforce_loss
+from trinity.rl.hierarchical import GrouperInputs, HierarchicalConfig, HierarchicalPolicy
 from trinity.rl.policy import PlacementPolicy, PolicyConfig, Strategy, UnitGraph
 from trinity.sim import SimResult, Simulator
 from trinity.track import NullTracker
@@ -63,9 +67,11 @@ class SearchConfig:
     method: str = "trinity"
     iterations: int = 1000
     batch: int = 8  #: strategies sampled per iteration
-    num_groups: int | None = None  #: k; None = 256 (trinity) or min(256, 20 * devices) (hierarchical)
-    #: Adam; None = 1e-3, or 1e-4 after a warm start (fine-tuning: 1e-3 walks a trained policy away
-    #: from its placer within tens of iterations). The paper's 0.1 collapses the policy (see README).
+    num_groups: int | None = None  #: k; None = 256 (trinity) or min(256, 20 * devices) (hierarchical), at least
+    #: one per device and at most one per placement unit
+    #: Adam; None = 1e-3 (trinity; the paper's 0.1 collapses the policy, see README) or the published 0.1
+    #: (hierarchical), and 1e-4 after a warm start (fine-tuning: a larger rate walks a trained policy
+    #: away from its placer within tens of iterations)
     lr: float | None = None
     ppo_epochs: int = 2
     clip: float = 0.2
@@ -87,7 +93,8 @@ class SearchConfig:
     warm_start_lr: float = 1e-2
     warm_start_fine_tune_lr: float = 1e-4
     reward: MDPEConfig = field(default_factory=MDPEConfig)
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)  #: trinity's network
+    hierarchical: HierarchicalConfig = field(default_factory=HierarchicalConfig)  #: hierarchical's network
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -96,6 +103,8 @@ class SearchConfig:
             self.reward = MDPEConfig(**self.reward)
         if isinstance(self.policy, dict):
             self.policy = PolicyConfig(**self.policy)
+        if isinstance(self.hierarchical, dict):
+            self.hierarchical = HierarchicalConfig(**self.hierarchical)
 
 
 @dataclass
@@ -128,28 +137,41 @@ class Search:
         self.out_dir = Path(out_dir)
         self.tracker = tracker or NullTracker()
         self.progress = progress
-        # the default k, never more groups than placement units (a 12-op graph gets 12, not 256)
-        k = cfg.num_groups or min(256 if cfg.method == "trinity" else min(256, 20 * cluster.n_devices),
+        trinity = cfg.method == "trinity"
+        # the default k: at least one group per device (1,024 devices get 1,024 groups, not 256), never more
+        # groups than placement units (a 12-op graph gets 12, not 256)
+        k = cfg.num_groups or min(max(256 if trinity else min(256, 20 * cluster.n_devices), cluster.n_devices),
                                   graph.arrays.n_groups)
-        # Per-unit logits by default only when warm-starting: they let the imitation be exact.
-        unit_logits = bool(cfg.warm_start) if cfg.policy.unit_logits is None else cfg.policy.unit_logits
-        self.cfg.policy = PolicyConfig(**{**asdict(cfg.policy), "num_groups": k, "unit_logits": unit_logits})
+        self.num_groups = k
+        if trinity:  # per-unit logits by default only when warm-starting: they let the imitation be exact
+            unit_logits = bool(cfg.warm_start) if cfg.policy.unit_logits is None else cfg.policy.unit_logits
+            self.cfg.policy = PolicyConfig(**{**asdict(cfg.policy), "num_groups": k, "unit_logits": unit_logits})
+        else:
+            self.cfg.hierarchical = HierarchicalConfig(**{**asdict(cfg.hierarchical), "num_groups": k})
         if cfg.lr is None:
-            cfg.lr = cfg.warm_start_fine_tune_lr if cfg.warm_start else 1e-3
+            cfg.lr = cfg.warm_start_fine_tune_lr if cfg.warm_start else 1e-3 if trinity else 0.1
         self._check_inputs()
         torch.set_num_threads(cfg.threads)
-        # features from the pipeline's embed stage, or computed here (cached in ``feature_cache``)
-        feats = features or op_features(graph, embedding_dim=cfg.embedding_dim, seed=cfg.seed, cache_dir=feature_cache)
-        self.units = UnitGraph(graph, feats)
+        if trinity:  # features from the pipeline's embed stage, or computed here (cached in ``feature_cache``)
+            feats = features or op_features(graph, embedding_dim=cfg.embedding_dim, seed=cfg.seed,
+                                            cache_dir=feature_cache)
+            self.units = UnitGraph(graph, feats)
+        else:  # Hierarchical reads the graph itself: op types, output sizes, adjacency
+            h = self.cfg.hierarchical
+            self.units = GrouperInputs(graph, h.max_outputs, h.adjacency)
         # Initialisation and dropout draw from torch's global generator; this search keeps its own
         # state of it (see _own_rng), so other code, or another search, cannot shift its stream.
-        self.overlap = cfg.overlap_sampling and cfg.method == "trinity"
+        self.overlap = cfg.overlap_sampling and trinity
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            self.policy = PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, self.cfg.policy)
-            # the sampler's copy of the policy (its weights are loaded before each use)
-            self._sampler = (PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, self.cfg.policy)
-                             if self.overlap else None)
+            if trinity:
+                self.policy = PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, self.cfg.policy)
+                # the sampler's copy of the policy (its weights are loaded before each use)
+                self._sampler = (PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size,
+                                                 self.cfg.policy) if self.overlap else None)
+            else:
+                self.policy = HierarchicalPolicy(self.units, cluster.n_devices, self.cfg.hierarchical)
+                self._sampler = None
             self._torch_rng = torch.get_rng_state()
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr, foreach=True)
         self.generator = torch.Generator().manual_seed(cfg.seed)
@@ -178,7 +200,7 @@ class Search:
 
     # ----------------------------------------------------------------- inputs
     def _check_inputs(self) -> None:
-        g, c, k = self.graph, self.cluster, self.cfg.policy.num_groups
+        g, c, k = self.graph, self.cluster, self.num_groups
         if c.n_devices > g.n_ops:
             raise TrinityError(f"cluster {c.name!r} has {c.n_devices} devices but graph {g.name!r} only "
                                f"{g.n_ops} ops", field="cluster")
@@ -203,7 +225,7 @@ class Search:
         self.tracker.log_params({"method": cfg.method, "graph": self.graph.name, "cluster": self.cluster.name,
                                  **{k: v for k, v in asdict(cfg).items() if k not in ("reward", "policy")},
                                  **{f"reward.{k}": v for k, v in asdict(cfg.reward).items()},
-                                 **{f"policy.{k}": v for k, v in asdict(cfg.policy).items()},
+                                 **{f"{self._network}.{k}": v for k, v in asdict(getattr(cfg, self._network)).items()},
                                  "warm_start_placer": self.warm_start_placer})
         bar = progress_bar(total=cfg.iterations, initial=self.iteration, desc=f"{cfg.method} search",
                    disable=not self.progress, dynamic_ncols=True)
@@ -261,9 +283,23 @@ class Search:
             **losses,
         }
 
+    @property
+    def _network(self) -> str:
+        """The config section of this method's network (the other one shapes nothing here)."""
+        return "policy" if self.cfg.method == "trinity" else "hierarchical"
+
     def _noise(self, iteration: int) -> float:
         cfg = self.cfg
+        if cfg.method == "hierarchical":  # the release: a constant relative noise, then none
+            return cfg.hierarchical.logits_noise if iteration < cfg.hierarchical.noise_steps else 0.0
         return cfg.noise_max * max(0.0, 1.0 - iteration / cfg.noise_steps) if cfg.noise_steps else 0.0
+
+    def _lr(self, iteration: int) -> float:
+        """Adam's rate: constant (trinity); the release's staircase decay (hierarchical)."""
+        h = self.cfg.hierarchical
+        if self.cfg.method == "trinity" or iteration < h.lr_decay_start:
+            return self.cfg.lr
+        return self.cfg.lr * h.lr_decay ** ((iteration - h.lr_decay_start) // h.lr_decay_every)
 
     def _draw(self, policy: PlacementPolicy, iteration: int) -> Batch:
         """Sample a batch from ``policy`` and simulate it (runs on the sampler thread when overlapping)."""
@@ -295,6 +331,8 @@ class Search:
         logp_old = strategy.logp  # of the distribution sampled: its dropout mask and noise (see Strategy)
         self.policy.train()
         epochs = cfg.ppo_epochs if cfg.method == "trinity" else 1
+        for group in self.optimizer.param_groups:
+            group["lr"] = self._lr(self.iteration)
         stats: dict[str, float] = {}
         for _ in range(epochs):
             logp, entropy = self.policy.log_prob(strategy)
@@ -308,6 +346,7 @@ class Search:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
             self.optimizer.step()
         return {"losses/policy_loss": float(loss.detach()), "losses/entropy": float(entropy.detach()),
+                "charts/lr": self.optimizer.param_groups[0]["lr"],
                 "losses/grad_norm": float(grad_norm), **{f"losses/{k}": v for k, v in stats.items()}}
 
     def _track_best(self, results: list[SimResult], rewards: torch.Tensor, placements: np.ndarray,
@@ -334,7 +373,7 @@ class Search:
         """
         placer, placement = self._warm_start_target(placer)
         self.warm_start_placer = placer
-        k, n_dev, units = self.cfg.policy.num_groups, self.cluster.n_devices, self.units
+        k, n_dev, units = self.num_groups, self.cluster.n_devices, self.units
         unit_device = np.zeros(units.n_units, np.int64)
         unit_device[units.unit_of_op] = placement
         group_device = np.arange(k) % n_dev
@@ -360,8 +399,11 @@ class Search:
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.grad_clip)
             optimizer.step()
         samples = self.policy.sample(self.cfg.batch, torch.Generator().manual_seed(self.cfg.seed))
-        self.warm_start_agreement = float((samples.placements(units.unit_of_op) == placement).mean())
-        self.tracker.log_metrics({"warm_start/agreement": self.warm_start_agreement}, step=0)
+        sampled = samples.placements(units.unit_of_op)
+        self.warm_start_agreement = agreement(sampled, placement, relabel=interchangeable_devices(self.cluster))
+        self.tracker.log_metrics({"warm_start/agreement": self.warm_start_agreement,
+                                  "warm_start/agreement_same_labels": agreement(sampled, placement, relabel=False)},
+                                 step=0)
         result = self.simulator.simulate(placement, check=False)
         self._track_best([result], torch.tensor([self.reward_fn(result)]), placement[None], iteration=-1,
                          label=f"{placer} (warm start)")
@@ -409,8 +451,9 @@ class Search:
         for a in (c.bandwidth, c.latency, c.memory, np.array([d.speed for d in c.devices])):
             h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
         flat = {"cluster": h.hexdigest()[:16]}  # devices, links, memory, speeds (a digest: 1,024 devices are 1M links)
+        other_network = {"policy", "hierarchical"} - {self._network}
         for key, value in asdict(self.cfg).items():
-            if key in self.RESUMABLE_CHANGES:
+            if key in self.RESUMABLE_CHANGES or key in other_network:
                 continue
             items = value.items() if isinstance(value, dict) else [("", value)]
             flat.update({f"{key}.{k}" if k else key: v for k, v in items})
@@ -456,6 +499,39 @@ class Search:
             strategy = Strategy(ahead["groups"], ahead["devices"], ahead["logp"], ahead.get("dropout_seed"),
                                 ahead.get("noise_seed", 0), ahead["noise"])
             self._next = self._simulated(strategy, ahead["noise"])
+
+
+def interchangeable_devices(cluster: Cluster) -> bool:
+    """All devices alike and all links alike: relabelling devices changes no simulated result."""
+    d = cluster.devices
+    if len(d) < 2:
+        return True
+    alike = len({(x.kind, x.speed, x.memory_bytes, x.flops_per_s) for x in d}) == 1
+    off = ~np.eye(cluster.n_devices, dtype=bool)
+    return alike and np.ptp(cluster.bandwidth[off]) == 0 and np.ptp(cluster.latency[off]) == 0
+
+
+def agreement(samples: np.ndarray, placement: np.ndarray, *, relabel: bool) -> float:
+    """Share of ops that samples [B, N] put where ``placement`` [N] does, averaged over samples.
+
+    With ``relabel`` (devices interchangeable), each sample is first relabelled by the device
+    permutation that agrees most (an assignment problem on its confusion matrix with the
+    placement): the warm start imitates the placement as the simulator sees it, and there a
+    strategy that only swaps the names of interchangeable devices is the same strategy.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    samples = np.atleast_2d(samples)
+    if not relabel:
+        return float((samples == placement).mean())
+    n_dev = int(max(samples.max(), placement.max())) + 1
+    shares = []
+    for sample in samples:
+        confusion = np.zeros((n_dev, n_dev), np.int64)  # [placer's device, sample's device]
+        np.add.at(confusion, (placement, sample), 1)
+        rows, cols = linear_sum_assignment(confusion, maximize=True)
+        shares.append(confusion[rows, cols].sum() / len(placement))
+    return float(np.mean(shares))
 
 
 def _normal(value):

@@ -1,11 +1,19 @@
 """Fast event simulator: the semantics of `trinity.sim`, compiled with numba.
 
 `Simulator(graph, cluster)` flattens the graph into arrays once; each
-`simulate(placement)` call then runs one compiled event loop. Only running
-work has a pending completion (one op and one transfer per device at most),
-so the "event queue" is 2 slots per device scanned linearly: cheaper than a
-heap for the 2-8 devices placement deals with. Ready ops and outgoing
-transfers wait in per-device FIFO linked lists.
+`simulate(placement)` call then runs one compiled event loop whose cost per
+event does not depend on the number of devices, so 1,024-device clusters
+cost about what 4 do:
+
+* pending completions (one op and one transfer per device at most) sit in a
+  binary heap ordered by (time, order started);
+* only devices whose state changed since the last dispatch are visited, in
+  device order (the order they start work in breaks later ties);
+* a tensor's copies are found through its out-edges (one transfer per
+  consuming device, chained edge to edge), not through a tensors x devices
+  table, so memory is O(ops + edges + devices).
+
+Ready ops and outgoing transfers wait in per-device FIFO linked lists.
 """
 
 from __future__ import annotations
@@ -33,6 +41,12 @@ class Simulator:
         # Outputs of ops that hold persistent bytes (variables, parameters) are that storage:
         # they take no extra memory on their own device, only as copies elsewhere.
         local_bytes = np.where(a.persistent_bytes[owner] > 0, 0.0, tensor_bytes)
+        # Where each in-edge (by consumer) sits among the out-edges (by producer).
+        out_position = np.empty(graph.n_edges, np.int64)
+        out_position[a.out_edges] = np.arange(graph.n_edges)
+        # Out-edges of each producer by tensor, then in edge order (so each tensor's edges are adjacent).
+        out_tensor = a.edge_tensor[a.out_edges]
+        by_tensor = np.lexsort((np.arange(graph.n_edges), out_tensor, a.src[a.out_edges]))
         # Edge endpoints laid out in the order the event loop walks them (by producer, by
         # consumer), so it reads memory sequentially instead of chasing edge ids.
         self._static = (
@@ -40,8 +54,8 @@ class Simulator:
             tensor_bytes, local_bytes, owner, a.tensor_offset,
             a.persistent_bytes.astype(np.float64), a.temporary_bytes.astype(np.float64),
             np.bincount(a.dst, minlength=graph.n_ops).astype(np.int64),
-            a.out_ptr, a.dst[a.out_edges], a.edge_tensor[a.out_edges],
-            a.in_ptr, a.src[a.in_edges], a.edge_tensor[a.in_edges],
+            a.out_ptr, a.dst[a.out_edges], out_tensor, by_tensor,
+            a.in_ptr, a.src[a.in_edges], a.edge_tensor[a.in_edges], out_position[a.in_edges],
             np.ascontiguousarray(cluster.bandwidth), np.ascontiguousarray(cluster.latency),
             float(cluster.send_cpu_share),
         )
@@ -66,6 +80,10 @@ class Simulator:
                          transfers=transfers)
 
 
+#: Device count past which pending completions live in a heap instead of being scanned.
+HEAP_FROM_DEVICES = 48
+
+
 @numba.njit(cache=True, inline="always")
 def _append(head, tail, nxt, queue, item):
     """Append ``item`` to FIFO linked list ``queue`` (head/tail per queue, ``nxt`` per item)."""
@@ -76,33 +94,111 @@ def _append(head, tail, nxt, queue, item):
     tail[queue] = item
 
 
+@numba.njit(cache=True, inline="always")
+def _mark(flag, members, d):
+    """Add device ``d`` to a set of devices: ``flag[d]``, and the members ``members[1:members[0] + 1]``
+    (the count lives in the array: a count passed in and out costs a third of the loop's time)."""
+    if not flag[d]:
+        flag[d] = True
+        members[0] += 1
+        members[members[0]] = d
+
+
+@numba.njit(cache=True, inline="always")
+def _sort_members(members):
+    """Sort a set's members ascending. Insertion sort: it costs the members plus their inversions, and
+    an event marks a handful of devices, mostly in order (only a control edge fanning out to many
+    devices marks many out of order). A call to np.sort here, even if never taken, slows the loop."""
+    end = members[0] + 1
+    for i in range(2, end):
+        x = members[i]
+        j = i - 1
+        while j >= 1 and members[j] > x:
+            members[j + 1] = members[j]
+            j -= 1
+        members[j + 1] = x
+
+
+@numba.njit(cache=True, inline="always")
+def _before(a, b, key_time, key_seq):
+    return key_time[a] < key_time[b] or (key_time[a] == key_time[b] and key_seq[a] < key_seq[b])
+
+
+@numba.njit(cache=True, inline="always")
+def _heap_push(heap, size, key_time, key_seq, item):
+    """Push ``item`` onto the min-heap ``heap[:size]`` ordered by (key_time, key_seq); the new size."""
+    i = size
+    while i > 0:
+        parent = (i - 1) >> 1
+        if not _before(item, heap[parent], key_time, key_seq):
+            break
+        heap[i] = heap[parent]
+        i = parent
+    heap[i] = item
+    return size + 1
+
+
+@numba.njit(cache=True, inline="always")
+def _heap_pop(heap, size, key_time, key_seq):
+    """Remove the top of ``heap[:size]`` (read it from heap[0] first); the new size."""
+    size -= 1
+    item = heap[size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and _before(heap[child + 1], heap[child], key_time, key_seq):
+            child += 1
+        if not _before(heap[child], item, key_time, key_seq):
+            break
+        heap[i] = heap[child]
+        i = child
+    heap[i] = item
+    return size
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
-              temporary, indegree, out_ptr, out_dst, out_tensor, in_ptr, in_src, in_tensor, bandwidth, latency,
-              cpu_share):
+              temporary, indegree, out_ptr, out_dst, out_tensor, by_tensor, in_ptr, in_src, in_tensor, in_position, bandwidth,
+              latency, cpu_share):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
     n_edges = out_dst.shape[0]
-    inf = np.inf
 
-    # References that keep each tensor alive: local consumers and outgoing transfers on the
-    # producer's device; consumers on each receiving device for its copy.
+    # Copies: every cross-device data edge joins the copy of its tensor on its consumer's device,
+    # named by that copy's first out-edge (`copy_of`); the copy's edges are chained in edge order
+    # (`copy_next`), and the transfer that makes the copy starts at its first edge. Walking each
+    # producer's edges tensor by tensor, a device's copy of the tensor is the last one it opened.
+    # References that keep each tensor alive: local consumers and outgoing transfers (one per
+    # copy) on the producer's device; consumers on the receiving device for each copy.
+    copy_of = np.full(n_edges, -1, np.int64)
+    copy_next = np.full(n_edges, -1, np.int64)
     local_refs = np.zeros(n_tensors, np.int64)
-    remote_refs = np.zeros(n_tensors * n_dev, np.int64)
-    transfer_of = np.full(n_tensors * n_dev, -1, np.int64)
-    for v in range(n):
-        d = dev[v]
-        for k in range(in_ptr[v], in_ptr[v + 1]):
-            t = in_tensor[k]
+    remote_refs = np.zeros(n_edges, np.int64)  # per copy
+    seen_tensor = np.full(n_dev, -1, np.int64)  # last tensor with a copy on each device
+    first_edge = np.empty(n_dev, np.int64)
+    last_edge = np.empty(n_dev, np.int64)
+    for u in range(n):
+        for i in range(out_ptr[u], out_ptr[u + 1]):
+            k = by_tensor[i]
+            t = out_tensor[k]
             if t < 0:
                 continue
-            if d == dev[in_src[k]]:
+            dv = dev[out_dst[k]]
+            if dv == dev[u]:
+                local_refs[t] += 1
+                continue
+            if seen_tensor[dv] != t:
+                seen_tensor[dv] = t
+                first_edge[dv] = k
                 local_refs[t] += 1
             else:
-                if remote_refs[t * n_dev + d] == 0:
-                    local_refs[t] += 1
-                remote_refs[t * n_dev + d] += 1
+                copy_next[last_edge[dv]] = k
+            last_edge[dv] = k
+            copy_of[k] = first_edge[dv]
+            remote_refs[first_edge[dv]] += 1
 
     waiting = indegree.copy()
     duration = np.empty(n)
@@ -117,6 +213,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     ready_head = np.full(n_dev, -1, np.int64)
     ready_tail = np.full(n_dev, -1, np.int64)
     ready_next = np.full(n + x_cap, -1, np.int64)
+    x_copy = np.empty(x_cap, np.int64)
     x_tensor = np.empty(x_cap, np.int64)
     x_src = np.empty(x_cap, np.int64)
     x_dst = np.empty(x_cap, np.int64)
@@ -128,10 +225,15 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     n_x = 0
 
     # Completion slots: slot d = op running on device d, slot n_dev + d = transfer sent by d.
-    slot_time = np.full(2 * n_dev, inf)
+    # Busy slots sit in a heap by (completion time, order started); on a few devices a scan of the
+    # slots is cheaper than keeping the heap (the same choice either way).
+    use_heap = n_dev > HEAP_FROM_DEVICES
+    slot_time = np.full(2 * n_dev, np.inf)
     idle = np.iinfo(np.int64).max
     slot_seq = np.full(2 * n_dev, idle, np.int64)  # order started; idle slots: never chosen
     slot_item = np.full(2 * n_dev, -1, np.int64)
+    heap = np.empty(2 * n_dev, np.int64)
+    n_heap = 0
     seq = 0
 
     live = np.zeros(n_dev)
@@ -144,17 +246,24 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
         if waiting[v] == 0:
             _append(ready_head, ready_tail, ready_next, dev[v], v)
 
-    # Only devices whose state changed since the last dispatch can start something:
-    # `compute_dirty[d]` / `send_dirty[d]` mark device d's processor / sender (flags, not the bits of
-    # one integer: an int64 holds 63 devices, and a cluster may have thousands).
-    compute_dirty = np.ones(n_dev, np.bool_)
-    send_dirty = np.zeros(n_dev, np.bool_)
-    grown = np.zeros(n_dev, np.bool_)  # devices whose live bytes grew since the peak was last recorded
+    # Only devices whose state changed since the last dispatch can start something: those whose
+    # processor (`compute`) or sender (`send`) is marked. `grown`: devices whose live bytes grew
+    # since the peak was last recorded.
+    compute_flag = np.ones(n_dev, np.bool_)
+    compute = np.arange(-1, n_dev)
+    compute[0] = n_dev
+    send_flag = np.zeros(n_dev, np.bool_)
+    send = np.zeros(n_dev + 1, np.int64)
+    grown_flag = np.zeros(n_dev, np.bool_)
+    grown = np.zeros(n_dev + 1, np.int64)
     now = 0.0
     while True:
         # Dispatch: idle devices start their oldest ready op, idle senders their oldest transfer.
-        for d in range(n_dev):
-            if compute_dirty[d] and slot_item[d] < 0 and ready_head[d] >= 0:
+        _sort_members(compute)
+        for i in range(1, compute[0] + 1):
+            d = compute[i]
+            compute_flag[d] = False
+            if slot_item[d] < 0 and ready_head[d] >= 0:
                 v = ready_head[d]
                 ready_head[d] = ready_next[v]
                 if ready_head[d] < 0:
@@ -164,24 +273,28 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     nbytes = tensor_bytes[x_tensor[x]]
                     x_start[x] = now
                     live[x_dst[x]] += nbytes
-                    grown[x_dst[x]] = True
+                    _mark(grown_flag, grown, x_dst[x])
                     slot_item[d] = v
                     slot_time[d] = now + cpu_share * (latency[d, x_dst[x]] + nbytes / bandwidth[d, x_dst[x]])
-                    slot_seq[d] = seq
-                    seq += 1
-                    continue
-                start[v] = now
-                end[v] = now + duration[v]
-                busy[d] += duration[v]
-                live[d] += temporary[v] + output_total[v]
-                grown[d] = True
-                slot_item[d] = v
-                slot_time[d] = end[v]
+                else:
+                    start[v] = now
+                    end[v] = now + duration[v]
+                    busy[d] += duration[v]
+                    live[d] += temporary[v] + output_total[v]
+                    _mark(grown_flag, grown, d)
+                    slot_item[d] = v
+                    slot_time[d] = end[v]
                 slot_seq[d] = seq
                 seq += 1
-        for d in range(n_dev):
+                if use_heap:
+                    n_heap = _heap_push(heap, n_heap, slot_time, slot_seq, d)
+        compute[0] = 0
+        _sort_members(send)
+        for i in range(1, send[0] + 1):
+            d = send[i]
+            send_flag[d] = False
             s = n_dev + d
-            if send_dirty[d] and slot_item[s] < 0 and out_head[d] >= 0:
+            if slot_item[s] < 0 and out_head[d] >= 0:
                 x = out_head[d]
                 out_head[d] = x_next[x]
                 if out_head[d] < 0:
@@ -191,46 +304,55 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 if cpu_share == 0.0:
                     x_start[x] = now
                     live[x_dst[x]] += nbytes
-                    grown[x_dst[x]] = True
+                    _mark(grown_flag, grown, x_dst[x])
                 slot_item[s] = x
                 slot_time[s] = x_end[x]
                 slot_seq[s] = seq
                 seq += 1
-        compute_dirty[:] = False
-        send_dirty[:] = False
+                if use_heap:
+                    n_heap = _heap_push(heap, n_heap, slot_time, slot_seq, s)
+        send[0] = 0
 
-        # Next completion: earliest time, then earliest started (idle slots hold inf).
-        best = -1
-        best_time = inf
-        best_seq = idle
-        for s in range(2 * n_dev):
-            t_s = slot_time[s]
-            if t_s < best_time or (t_s == best_time and slot_seq[s] < best_seq):
-                best = s
-                best_time = t_s
-                best_seq = slot_seq[s]
-        if best < 0:
-            break
-        if best_time > now:
+        # Next completion: earliest time, then earliest started.
+        if use_heap:
+            if n_heap == 0:
+                break
+            best = heap[0]
+            n_heap = _heap_pop(heap, n_heap, slot_time, slot_seq)
+        else:
+            best = -1
+            best_time = np.inf
+            best_seq = idle
+            for s in range(2 * n_dev):  # idle slots hold time inf
+                t_s = slot_time[s]
+                if t_s < best_time or (t_s == best_time and slot_seq[s] < best_seq):
+                    best = s
+                    best_time = t_s
+                    best_seq = slot_seq[s]
+            if best < 0:
+                break
+        if slot_time[best] > now:
             # Every change at `now` is in: record the peak where memory grew.
-            for d in range(n_dev):
-                if grown[d] and live[d] > peak[d]:
+            for i in range(1, grown[0] + 1):
+                d = grown[i]
+                grown_flag[d] = False
+                if live[d] > peak[d]:
                     peak[d] = live[d]
-            grown[:] = False
-            now = best_time
+            grown[0] = 0
+            now = slot_time[best]
         item = slot_item[best]
         slot_item[best] = -1
-        slot_time[best] = inf
+        slot_time[best] = np.inf
         slot_seq[best] = idle
 
         if best < n_dev and item >= n:  # the CPU share of transfer `item - n` is done: to the wire
-            compute_dirty[best] = True
+            _mark(compute_flag, compute, best)
             _append(out_head, out_tail, x_next, best, item - n)
-            send_dirty[best] = True
+            _mark(send_flag, send, best)
         elif best < n_dev:  # op `item` finished on device `best`
             u = item
             du = best
-            compute_dirty[du] = True
+            _mark(compute_flag, compute, du)
             live[du] -= temporary[u]
             for t in range(tensor_offset[u], tensor_offset[u + 1]):
                 if local_refs[t] == 0:  # output nobody reads
@@ -245,8 +367,9 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     if local_refs[t] == 0:
                         live[du] -= local_bytes[t]
                 else:
-                    remote_refs[t * n_dev + du] -= 1
-                    if remote_refs[t * n_dev + du] == 0:
+                    c = copy_of[in_position[k]]
+                    remote_refs[c] -= 1
+                    if remote_refs[c] == 0:
                         live[du] -= tensor_bytes[t]
             for k in range(out_ptr[u], out_ptr[u + 1]):
                 v = out_dst[k]
@@ -255,39 +378,39 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 if t < 0 or dv == du:
                     waiting[v] -= 1
                     if waiting[v] == 0:
-                        compute_dirty[dv] = True
+                        _mark(compute_flag, compute, dv)
                         _append(ready_head, ready_tail, ready_next, dv, v)
-                elif transfer_of[t * n_dev + dv] < 0:  # a tensor goes once to each consuming device
+                elif copy_of[k] == k:  # a tensor goes once to each consuming device
                     x = n_x
                     n_x += 1
-                    transfer_of[t * n_dev + dv] = x
+                    x_copy[x] = k
                     x_tensor[x] = t
                     x_src[x] = du
                     x_dst[x] = dv
                     if cpu_share > 0.0:  # the sender's CPU serialises it first, in turn with ops
                         _append(ready_head, ready_tail, ready_next, du, n + x)
-                        compute_dirty[du] = True
+                        _mark(compute_flag, compute, du)
                     else:
                         _append(out_head, out_tail, x_next, du, x)
-                        send_dirty[du] = True
+                        _mark(send_flag, send, du)
         else:  # transfer `item` arrived
             x = item
             t = x_tensor[x]
-            u = tensor_owner[t]
             ds, dd = x_src[x], x_dst[x]
-            send_dirty[ds] = True
+            _mark(send_flag, send, ds)
             sent[ds] += tensor_bytes[t]
             recv[dd] += tensor_bytes[t]
             local_refs[t] -= 1
             if local_refs[t] == 0:
                 live[ds] -= local_bytes[t]
-            for k in range(out_ptr[u], out_ptr[u + 1]):
+            k = x_copy[x]
+            while k >= 0:  # the copy's readers, in edge order
                 v = out_dst[k]
-                if out_tensor[k] == t and dev[v] == dd:
-                    waiting[v] -= 1
-                    if waiting[v] == 0:
-                        compute_dirty[dd] = True
-                        _append(ready_head, ready_tail, ready_next, dd, v)
+                waiting[v] -= 1
+                if waiting[v] == 0:
+                    _mark(compute_flag, compute, dd)
+                    _append(ready_head, ready_tail, ready_next, dd, v)
+                k = copy_next[k]
     for d in range(n_dev):
         if live[d] > peak[d]:
             peak[d] = live[d]
