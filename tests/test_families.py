@@ -1,5 +1,7 @@
 """The cross-family comparison on hand-built inputs: one measurement of the work, exact costs, the winner."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -52,3 +54,11 @@ def test_step_cost_round_trips_through_json():
     back = StepCost.from_dict(c.to_dict())
     assert back.summary() == c.summary() and np.array_equal(back.memory_bytes, c.memory_bytes)
     assert c.comm_share == 0.2 and c.peak_comm_bytes == 3.0 and c.total_comm_bytes == 3.0
+
+
+def test_op_placement_is_costed_by_device_speed_like_the_layer_profile():
+    """Devices of the profiled kind at half speed take twice the measured time, kind times notwithstanding."""
+    g = chain()
+    g = OpGraph([replace(op, compute_us_by_kind={"k": 1.0}) for op in g.ops], g.edges, name=g.name)
+    (single,) = op_placement_entries(g, make_cluster(2, speeds=[0.5, 0.5]), ["single"], scale=2.0)
+    assert single.cost.step_time_us == pytest.approx(2400.0)

@@ -44,13 +44,18 @@ def op_scale(graph: OpGraph, profile: LayerProfile) -> float:
 
 def op_placement_entries(graph: OpGraph, cluster: Cluster, placers: list[str], scale: float = 1.0
                          ) -> list[FamilyEntry]:
-    """Each placer's placement, simulated with op times x ``scale``; a placer that cannot place the graph is
-    left out."""
-    from trinity.costs import op_times
+    """Each placer's placement, simulated with the op's measured time x ``scale`` / the device's speed (as the
+    layer profile is costed for the other families); a placer that cannot place the graph is left out.
+
+    Not `op_times`: it prefers a time measured for the device's kind, which ignores ``speed``, and the local
+    clusters describe processes of this machine's kind slowed by sharing cores (speed 0.5) or on purpose.
+    """
     from trinity.placers import place
     from trinity.sim import Simulator
 
-    sim, out = Simulator(graph, cluster, times=op_times(graph, cluster) * scale), []
+    measured = np.array([op.compute_us or 0.0 for op in graph.ops])
+    speed = np.array([d.speed for d in cluster.devices])
+    sim, out = Simulator(graph, cluster, times=measured[:, None] * scale / speed[None, :]), []
     for name in placers:
         try:
             placement = place(name, graph, cluster).placement
