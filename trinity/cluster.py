@@ -215,6 +215,16 @@ def _links(doc: Mapping, names: list[str], source: str) -> tuple[np.ndarray, np.
     return bw, lat
 
 
+def interchangeable_devices(cluster: Cluster) -> bool:
+    """All devices alike and all links alike: relabelling devices changes no simulated result."""
+    d = cluster.devices
+    if len(d) < 2:
+        return True
+    alike = len({(x.kind, x.speed, x.memory_bytes, x.flops_per_s) for x in d}) == 1
+    off = ~np.eye(cluster.n_devices, dtype=bool)
+    return alike and np.ptp(cluster.bandwidth[off]) == 0 and np.ptp(cluster.latency[off]) == 0
+
+
 def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
     if not isinstance(doc, Mapping):
         raise ClusterError(f"expected a mapping, got {type(doc).__name__}", source=source)

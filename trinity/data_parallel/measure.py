@@ -20,6 +20,12 @@ from trinity.cluster import Cluster
 from trinity.data_parallel.config import DasoConfig, DataParallelError, TrainConfig
 
 
+def slowdown_factors(cluster: Cluster) -> list[float]:
+    """How much slower than the fastest each device is (fastest speed / its own): each local rank's throttle."""
+    fastest = max(d.speed for d in cluster.devices)
+    return [fastest / d.speed for d in cluster.devices]
+
+
 def cluster_train_config(cluster: Cluster, model: str, batch: int, options: dict | None = None, *,
                          threads: int = 1) -> TrainConfig:
     """A `TrainConfig` whose ranks are ``cluster``'s devices (module docstring)."""
@@ -27,8 +33,7 @@ def cluster_train_config(cluster: Cluster, model: str, batch: int, options: dict
     if len(set(sizes)) != 1 or len(sizes) != len(set(cluster.nodes)):
         raise DataParallelError(f"needs nodes of equal size with consecutive devices, got {cluster.nodes}",
                                 field="cluster.nodes")
-    fastest = max(d.speed for d in cluster.devices)
-    factors = [fastest / d.speed for d in cluster.devices]
+    factors = slowdown_factors(cluster)
     slowed = sorted({round(f, 9) for f in factors if f > 1 + 1e-9})
     if len(slowed) > 1:
         raise DataParallelError(f"real runs slow every slowed rank by one factor; speeds give {slowed}",

@@ -192,7 +192,7 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
     if dump_params:
         result["params"] = parameters_to_vector(model.parameters()).tolist()
     if rank == 0:
-        result.update(train_time_s=clock(), curve=curve, history=history, data=data.name, steps_per_epoch=steps,
+        result.update(train_time_s=clock(), curve=curve, history=history, data=data.name,
                       resumed_from_epoch=start_epoch if start_epoch else None, shares=shares)
     comm.close()
     dist.barrier()
@@ -257,7 +257,7 @@ def train(method: str, *, seed: int = 0, config: TrainConfig | None = None, out_
         "sent_bytes_per_rank": [r["sent_bytes"] for r in ranks],
         "compute_s_per_rank": [r["compute_s"] for r in ranks],
         "link_wait_s_per_rank": [r["link_wait_s"] for r in ranks],
-        "curve": curve, "history": head["history"], "shares": head["shares"], "steps_per_epoch": head["steps_per_epoch"],
+        "curve": curve, "history": head["history"], "shares": head["shares"],
         "resumed_from_epoch": head["resumed_from_epoch"],
     }
     if "params" in head:

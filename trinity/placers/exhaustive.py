@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from trinity.cluster import Cluster
+from trinity.cluster import Cluster, interchangeable_devices
 from trinity.errors import PlacementError
 from trinity.graph.ir import OpGraph
 from trinity.placers.base import register
@@ -35,17 +35,6 @@ class OptimumResult:
     step_time_us: float
     candidates: int  # simulated (fitting) candidates
     seconds: float
-
-
-def _interchangeable(cluster: Cluster) -> bool:
-    """All devices alike and all links alike: relabelling devices changes nothing."""
-    d = cluster.devices
-    alike = all((x.kind, x.speed, x.memory_bytes, x.flops_per_s) == (d[0].kind, d[0].speed, d[0].memory_bytes,
-                                                                     d[0].flops_per_s) for x in d)
-    if len(d) < 2:
-        return True
-    off = ~np.eye(cluster.n_devices, dtype=bool)
-    return alike and np.ptp(cluster.bandwidth[off]) == 0 and np.ptp(cluster.latency[off]) == 0
 
 
 def _partitions(n: int, k: int) -> int:
@@ -76,7 +65,7 @@ def optimum(graph: OpGraph, cluster: Cluster, *, reward: Callable[[SimResult], f
     reward = reward or (lambda r: mdpe_reward(r, MDPEConfig()))
     unit_of_op = graph.arrays.group
     n_units, n_dev = graph.arrays.n_groups, cluster.n_devices
-    canonical = _interchangeable(cluster)
+    canonical = interchangeable_devices(cluster)
     total = _partitions(n_units, n_dev) if canonical else n_dev ** n_units
     if total > max_candidates:
         # a float overflows past 1e308, and str() of an int past 4,300 digits: count digits from the bits

@@ -44,7 +44,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from trinity.cluster import Cluster
+from trinity.cluster import Cluster, interchangeable_devices
 from trinity.errors import PlacementError, TrinityError
 from trinity.features import OpFeatures, op_features
 from trinity.fileio import atomic_write_bytes
@@ -499,16 +499,6 @@ class Search:
             strategy = Strategy(ahead["groups"], ahead["devices"], ahead["logp"], ahead.get("dropout_seed"),
                                 ahead.get("noise_seed", 0), ahead["noise"])
             self._next = self._simulated(strategy, ahead["noise"])
-
-
-def interchangeable_devices(cluster: Cluster) -> bool:
-    """All devices alike and all links alike: relabelling devices changes no simulated result."""
-    d = cluster.devices
-    if len(d) < 2:
-        return True
-    alike = len({(x.kind, x.speed, x.memory_bytes, x.flops_per_s) for x in d}) == 1
-    off = ~np.eye(cluster.n_devices, dtype=bool)
-    return alike and np.ptp(cluster.bandwidth[off]) == 0 and np.ptp(cluster.latency[off]) == 0
 
 
 def agreement(samples: np.ndarray, placement: np.ndarray, *, relabel: bool) -> float:

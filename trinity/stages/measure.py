@@ -49,19 +49,15 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
           f"{metrics['step_error']:+.0%}) -> {out}")
 
 
-def _slowdown(cluster) -> list[float]:
-    fastest = max(d.speed for d in cluster.devices)
-    return [fastest / d.speed for d in cluster.devices]
-
-
 def _pipeline(cfg, job, cluster, model_name, profile, options, out) -> dict:
+    from trinity.data_parallel.measure import slowdown_factors
     from trinity.pipeline_parallel import PipelinePlan, measure, measure_data_parallel
 
     m = cfg.pipeline_parallel.measure
     folder = config.partition_dir(cfg, config.Job(job.model, job.cluster, job.method, 0))
     predicted = read_json(config.require(folder / "metrics.json", "partition",
                                          f"{job.model}-{job.cluster}-{job.method}-0"))
-    slowdown = _slowdown(cluster)
+    slowdown = slowdown_factors(cluster)
     common = dict(steps=int(m.steps), warmup=int(m.warmup), slowdown=slowdown, timeout_s=float(m.timeout_s),
                   out_dir=out, options=options, threads=1)
     if (folder / "plan.json").exists():
