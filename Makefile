@@ -22,7 +22,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q --runslow
 
 # The pipeline (dvc.yaml): compose conf/ for $(EXPERIMENT) into params.yaml, then `dvc repro` under
-# one MLflow parent run. EXPERIMENT=smoke (CI, minutes), default (~45 min), paper (hours).
+# one MLflow parent run. EXPERIMENT=smoke (CI, minutes), default (~100 min), paper (hours).
 EXPERIMENT ?= default
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 

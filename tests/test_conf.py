@@ -42,8 +42,19 @@ def test_experiments_differ_where_they_should():
     def runs(e):
         return {*e.run.placers, *e.run.searches, *e.run.data_parallel.methods, *e.run.pipeline_parallel.methods}
 
-    assert runs(default) == every_method - {"trinity-runtime"}  # the control of experiment=regime
+    assert runs(default) == every_method - {"trinity-runtime"}  # the runtime-only control: the regime's
     assert runs(paper) == every_method - {"optimum", "trinity-runtime"}  # too large there
+    for experiment in (smoke, default, paper):  # the paper's regime compares both rewards
+        assert {"trinity-warm", "trinity-runtime"} <= set(experiment.run.regime.searches)
+        assert not set(experiment.run.regime.models) & set(experiment.run.models)
+        warm = config.search_config(experiment, "trinity-warm", 0)
+        runtime_only = config.search_config(experiment, "trinity-runtime", 0)
+        # the control differs from trinity-warm in its reward alone: same budget, same warm start
+        assert (runtime_only.reward.beta, runtime_only.reward.gamma) == (0.0, 0.0)
+        runtime_only.reward = warm.reward
+        assert runtime_only == warm
+    regime = default.models[default.run.regime.models[0]]
+    assert (regime.batch, regime.options.image_size, regime.costs) == (64, 299, "roofline")  # the paper's sizes
     for experiment in (smoke, default, paper):  # a seeded method runs per seed, a placer once
         assert {experiment.methods[m].kind for m in experiment.run.searches} <= {"search", "local-search"}
         assert {experiment.methods[m].kind for m in experiment.run.placers} == {"placer"}
@@ -111,6 +122,13 @@ def test_flat_params_name_every_setting_of_a_search_job():
     ("run.placers=[trinity]", "run.placers", "method 'trinity' is a search method; run.placers takes placer"),
     ("run.searches=[daso]", "run.searches", "'daso' is a data-parallel method"),
     ("run.models=[nope]", "run.models", "unknown model 'nope'"),
+    ("run.regime.seeds=[]", "run.regime.seeds", "must be a non-empty list of integers >= 0, got []"),
+    ("run.regime.models=[tiny_cnn]", "run.regime.models", "['tiny_cnn'] are in run.models too"),
+    ("run.regime.models=[resnet_small]", "run.regime.models", "have no op graph: add them to run.graphs"),
+    ("run.regime.searches=[m-etf]", "run.regime.searches", "'m-etf' is a placer method"),
+    ("run.regime.clusters=[p100x3]", "run.regime.clusters", "unknown cluster 'p100x3'"),
+    ("run.regime.reward.comm_tolerance_GB=0", "run.regime.reward", "both tolerances must be > 0"),
+    ("run.regime.reward.memory_tolerance_GB=-1", "run.regime.reward", "memory_tolerance_GB must be a finite number"),
 ])
 def test_a_bad_run_list_is_refused_when_composed(override, field, message):
     from trinity.stages.params import main

@@ -3,6 +3,7 @@ folder, then what DVC, Hydra and MLflow must show afterwards."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -70,7 +71,18 @@ def test_smoke_leaves_every_report(smoke):
     assert len(strategies) == 10  # every method but the exact optimum, infeasible on this graph:
     optimum = (smoke / "results" / "search" / "tiny_cnn" / "p100x2-optimum-s0.metrics.json").read_text()
     assert "79 units on 2 devices" in optimum and "infeasible" in optimum
-    assert (smoke / "results" / "validate" / "tiny_cnn" / "results.csv").exists()
+    validated = smoke / "results" / "validate" / "tiny_cnn"
+    assert (validated / "results.csv").exists() and (validated / "batch4" / "results.csv").exists()
+    summary = json.loads((smoke / "results" / "validate" / "tiny_cnn.summary.json").read_text())
+    assert set(summary["batches"]) == {"8", "4"} and summary["batches"]["4"]["strategies"] > 0
+    # the paper's regime: its own results folder, both rewards side by side, the Pareto figure
+    regime = smoke / "results" / "regime" / "search" / "layered12"
+    assert {p.name for p in regime.glob("*.metrics.json")} == {
+        f"p100x2-{m}-s0.metrics.json" for m in ("single", "m-etf", "trinity-warm", "trinity-runtime")}
+    assert json.loads((regime / "p100x2-trinity-warm-s0.metrics.json").read_text())["memory_tolerance_GB"] == 0.002
+    tradeoff = pd.read_csv(reports / "reward_tradeoff.csv")
+    assert list(tradeoff["entry"])[1:] == ["Trinity (MDPE reward)", "Trinity (runtime-only reward)"]
+    assert (reports / "figures" / "pareto_layered12_p100x2.png").exists()
     plans = (reports / "pipeline_parallel.csv").read_text()
     assert all(f"transformer_lm,local4h,{m},0," in plans for m in ("tapp", "pipedream", "even", "dp")), plans
     families = (reports / "families.csv").read_text()
@@ -88,12 +100,12 @@ def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
     parent = table[table["tags.trinity.stage"] == "pipeline"]
     assert len(parent) == 1 and parent["status"].iloc[0] == "FINISHED"
     children = table[table["tags.mlflow.parentRunId"] == parent["run_id"].iloc[0]]
-    # 2 exports and profiles (tiny_cnn, transformer_lm), 1 embedding, 7 placers and 4 searches, validate,
-    # 4 data-parallel trainings, a layer profile, 4 pipeline plans and 4 data-parallel methods measured for
-    # real on the model, the families, report
+    # 3 exports and profiles (tiny_cnn, transformer_lm, the regime's layered12), 2 embeddings, 7 placers and
+    # 4 searches, the regime's 2 placers and 2 searches, validate, 4 data-parallel trainings, a layer profile,
+    # 4 pipeline plans and 4 data-parallel methods measured for real on the model, the families, report
     assert sorted(children["tags.trinity.stage"].value_counts().items()) == [
-        ("embed", 1), ("export", 2), ("families", 1), ("layers", 1), ("measure", 8), ("partition", 4),
-        ("profile", 2), ("report", 1), ("search", 11), ("train", 4), ("validate", 1)]
+        ("embed", 2), ("export", 3), ("families", 1), ("layers", 1), ("measure", 8), ("partition", 4),
+        ("profile", 3), ("report", 1), ("search", 15), ("train", 4), ("validate", 1)]
     assert set(children["status"]) == {"FINISHED"}
     trinity = children[children["tags.mlflow.runName"] == "search/tiny_cnn-p100x2-trinity-s0"]
     assert trinity["params.method.search.iterations"].iloc[0] == "4"
@@ -105,7 +117,7 @@ def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
     curve = client.get_metric_history(trinity["run_id"].iloc[0], "charts/best_step_time_ms")
     assert [m.step for m in curve] == [0, 1, 2, 3]  # a curve with steps, CleanRL's names
     validate = children[children["tags.trinity.stage"] == "validate"]["run_id"].iloc[0]
-    assert {a.path for a in client.list_artifacts(validate)} >= {"sim_vs_real.json", "results.csv"}
+    assert {a.path for a in client.list_artifacts(validate)} >= {"sim_vs_real.json", "results.csv", "batch4"}
 
 
 def test_dvc_says_nothing_to_reproduce_and_shows_metrics_and_plots(smoke):

@@ -27,6 +27,19 @@ def test_check_placement():
         check_placement(g, c, [0, 0])
 
 
+def test_a_strategy_maps_by_name_onto_the_same_model_at_another_batch():
+    g, c = grouped(), make_cluster(2)
+    s = Strategy.from_array(g, c, [1, 0, 1])
+    bigger = OpGraph([Op(o.name, o.type, 2.0, output_bytes=tuple(4 * b for b in o.output_bytes),
+                         colocation_group=o.colocation_group) for o in (g.ops[1], g.ops[0], g.ops[2])], g.edges,
+                     name="grouped")
+    with pytest.raises(PlacementError, match="graph_digest"):  # other shapes: another graph by default
+        s.to_indices(bigger)
+    assert list(s.to_indices(bigger, same_graph=False)) == [0, 1, 1]  # a, v, upd: by name, not position
+    with pytest.raises(PlacementError, match="no device for op 'x'"):
+        s.to_indices(OpGraph([Op("x", "X")], []), same_graph=False)
+
+
 def test_strategy_round_trip_and_refusals(tmp_path):
     g, c = grouped(), make_cluster(2)
     s = Strategy.from_array(g, c, [1, 0, 1], placer="hand")

@@ -60,9 +60,21 @@ def report(tmp_path_factory):
     nested(results, "inception_v3", "p100x4", "optimum", 0, 8.0, 6.0, 0.3)
     validate = results / "validate" / "inception_v3"
     validate.mkdir(parents=True)
-    pd.DataFrame({"strategy": ["p100x2/trinity", "p100x2/m-etf", "p100x4/trinity"],
-                  "sim_step_ms": [11.0, 7.0, 5.0], "real_step_ms": [10.0, 10.0, None],
-                  "step_error": [0.1, -0.3, None]}).to_csv(validate / "results.csv", index=False)
+    # the model's own batch: one held-out split strategy ... one on one worker, one fitted, one not measured
+    pd.DataFrame({"batch": 64, "strategy": ["p100x2-trinity-s0", "p100x2-m-etf", "p100x2-m-sct", "p100x2-single",
+                                            "p100x2-expert"],
+                  "source": ["trinity", "m-etf", "m-sct", "single", "expert"],
+                  "calibration_set": [False, True, False, False, True],
+                  "sim_step_ms": [11.0, 7.0, 9.0, 20.0, 5.0], "real_step_ms": [10.0, 10.0, 12.0, 16.0, None],
+                  "real_crossed_MB": [5.0, 4.0, 3.0, 0.0, None], "comm_error": [0.0, 0.1, 0.0, 0.0, None],
+                  "overridden": [0, 0, 0, 0, None],
+                  "step_error": [0.1, -0.3, -0.25, 0.25, None]}).to_csv(validate / "results.csv", index=False)
+    (validate / "batch16").mkdir()  # the same strategies at a smaller batch: all three held out and split
+    pd.DataFrame({"batch": 16, "strategy": ["p100x2-trinity-s0", "p100x2-m-sct", "p100x2-hierarchical-s1"],
+                  "source": ["trinity", "m-sct", "hierarchical"], "calibration_set": False,
+                  "sim_step_ms": [2.0, 3.0, 4.0], "real_step_ms": [2.5, 3.0, 5.0], "real_crossed_MB": 1.0,
+                  "comm_error": 0.0, "overridden": 0,
+                  "step_error": [-0.2, 0.0, -0.2]}).to_csv(validate / "batch16" / "results.csv", index=False)
     for method, seed, target, acc, sent in (("ddp", 0, 2.0, 0.97, 100e6), ("ddp", 1, 4.0, 0.95, 100e6),
                                             ("daso", 0, 1.0, 0.96, 90e6), ("daso", 1, None, 0.90, 80e6)):
         curve = [{"epoch": e, "time_s": 1.0 + e, "train_loss": 1.0 / (e + 1), "val_loss": 1.0 / (e + 1),
@@ -117,8 +129,17 @@ def test_summary_and_metrics_json(report):
     summary = written["summary"]
     assert summary["cases"] == {"inception_v3/p100x2": {"best_method": "trinity", "best_step_time_ms": 9.0},
                                 "inception_v3/p100x4": {"best_method": "optimum", "best_step_time_ms": 8.0}}
-    assert summary["validation"] == {"inception_v3": {"strategies": 2, "step_error_median": 0.2}}
-    assert summary["counts"] == {"models": 1, "cases": 2, "search_jobs": 9, "validated_strategies": 2}
+    # |errors| 0.1, 0.3, 0.25, 0.25; held out and split: 0.1 and 0.25; Spearman of ranks (3,1,2,4) and
+    # (1.5,1.5,3,4): 3 / sqrt(5 x 4.5)
+    assert summary["validation"] == {
+        "inception_v3 b64": {"strategies": 4, "step_error_median": 0.25, "held_out_split_strategies": 2,
+                             "held_out_split_step_error_median": 0.175, "held_out_split_step_error_p90": 0.235,
+                             "rank_correlation": round(3 / np.sqrt(22.5), 4),
+                             "held_out_split_rank_correlation": None},
+        "inception_v3 b16": {"strategies": 3, "step_error_median": 0.2, "held_out_split_strategies": 3,
+                             "held_out_split_step_error_median": 0.2, "held_out_split_step_error_p90": 0.2,
+                             "rank_correlation": 1.0, "held_out_split_rank_correlation": 1.0}}
+    assert summary["counts"] == {"models": 1, "cases": 2, "search_jobs": 9, "validated_strategies": 7}
     assert json.loads((out / "metrics.json").read_text()) == summary
 
 
@@ -129,8 +150,9 @@ def test_every_file_is_written(report):
     figures |= {"bars_runtime.png", "bars_comm.png", "bars_memory.png", "sim_vs_real.png",
                 "data_parallel_loss_vs_time.png"}
     assert {p.name for p in (out / "figures").iterdir()} == figures
-    names = [f"{n}.{ext}" for n in ("table3", "table4", "table5", "evaluation", "costs") for ext in ("csv", "md")]
-    names += ["REPORT.md", "metrics.json", "data_parallel.csv", "data_parallel_summary.csv"]
+    names = [f"{n}.{ext}" for n in ("table3", "table4", "table5", "evaluation", "costs", "reward_tradeoff")
+             for ext in ("csv", "md")]
+    names += ["REPORT.md", "metrics.json", "data_parallel.csv", "data_parallel_summary.csv", "validation.csv"]
     names += [f"plots/{n}.csv" for n in ("methods", "convergence", "sim_vs_real")]
     names += [f"figures/{n}" for n in figures]
     assert sorted(written["files"]) == sorted(str(out / n) for n in names)
@@ -147,14 +169,17 @@ def test_plot_data(report):
     assert "single" not in set(methods["method"])  # OOM has no bar
     assert methods.set_index(["case", "method"]).loc[("inception_v3/p100x2", "hierarchical"), "step_time_ms"] == 11.0
     scatter = pd.read_csv(out / "plots" / "sim_vs_real.csv")
-    assert list(scatter.columns) == ["model", "strategy", "sim_step_ms", "real_step_ms"] and len(scatter) == 2
+    assert list(scatter.columns) == ["model", "batch", "strategy", "sim_step_ms", "real_step_ms", "held_out_split"]
+    assert len(scatter) == 7 and scatter["held_out_split"].sum() == 5
+    table = pd.read_csv(out / "validation.csv").set_index("case")
+    assert table.loc["inception_v3 b16", "held_out_split_strategies"] == 3
 
 
 def test_report_markdown(report):
     out, _ = report
     text = (out / "REPORT.md").read_text()
     assert "| inception_v3 | p100x2 | 2 | single | 1 | 1 | OOM |  | OOM |  | OOM |  |\n" in text
-    assert "inception_v3: median |step time error| 20.0% over 2 measured strategies" in text
+    assert "| inception_v3 b16 | 3 | 20.0% | 3 | 20.0% | 20.0% | 1.00 | 1.00 |" in text
     assert "- inception_v3/p100x4: optimum (8.0 ms)" in text and "## Every method against the best placer" in text
     assert "the paper's Table 4/5 values are not in this repository" in text
     assert "(figures/gantt_inception_v3_p100x2.png)" in text and "make repro" in text
@@ -177,6 +202,45 @@ def test_one_seed_no_search_method_and_no_validation(tmp_path):
     assert pd.read_csv(out / "table5.csv").empty
     assert "Validation was not run" in (out / "REPORT.md").read_text()
     assert pd.read_csv(out / "table3.csv").iloc[0][["paper_ops", "paper_edges"]].tolist() == [16432, 24235]
+
+
+def test_regime_tradeoff_table_and_pareto_front(tmp_path):
+    """The paper's regime (results/regime/): the MDPE reward against the runtime-only one, two seeds each."""
+    save_graph(GRAPH, tmp_path / "data" / "tiny" / "profile" / "graph.json.gz")
+    save_graph(GRAPH, tmp_path / "data" / "big" / "profile" / "graph.json.gz")
+    write_job(tmp_path / "results" / "search" / "tiny" / "p100x2-m-etf-s0", "tiny", "p100x2", "m-etf", 0,
+              5.0, 1.0, 0.1)
+    regime = tmp_path / "results" / "regime" / "search" / "big"
+    for method, seed, step, comm, memory in (("m-etf", 0, 100.0, 900.0, 3.0), ("metis", 0, 120.0, 300.0, 2.5),
+                                             ("trinity-warm", 0, 105.0, 400.0, 1.8),
+                                             ("trinity-warm", 1, 107.0, 450.0, 1.9),
+                                             ("trinity-runtime", 0, 90.0, 1200.0, 3.5),
+                                             ("trinity-runtime", 1, 94.0, 1000.0, 2.9)):
+        folder = regime / f"p100x4-{method}-s{seed}"
+        write_job(folder, "big", "p100x4", method, seed, step, comm, memory)
+        metrics = json.loads((folder / "metrics.json").read_text())
+        write_json(folder / "metrics.json", {**metrics, "comm_tolerance_GB": 0.5, "memory_tolerance_GB": 2.0})
+    out = tmp_path / "reports"
+    build_report(tmp_path / "results", tmp_path / "data", out)
+    t = pd.read_csv(out / "reward_tradeoff.csv").set_index("entry")
+    assert list(t.index) == ["best placer (m-etf)", "Trinity (MDPE reward)", "Trinity (runtime-only reward)"]
+    assert t.loc["Trinity (MDPE reward)", "step_time_ms"] == 106.0 and t.loc["Trinity (MDPE reward)", "seeds"] == 2
+    assert t.loc["Trinity (runtime-only reward)", "peak_memory_GB"] == 3.2
+    assert t.loc["Trinity (runtime-only reward)", "peak_comm_MB_std"] == round(np.sqrt(2e4), 1)
+    # within 0.5 GB of communication and 2 GB of memory: both MDPE seeds, no runtime-only seed, not m-etf
+    assert list(t["seeds_within_tolerances"]) == [0, 2, 0] and set(t["memory_tolerance_GB"]) == {2.0}
+    assert (out / "figures" / "pareto_big_p100x4.png").stat().st_size > 0
+    assert "what the multi-objective reward buys" in (out / "REPORT.md").read_text()
+    ev = pd.read_csv(out / "evaluation.csv")
+    assert set(zip(ev["model"], ev["cluster"])) == {("tiny", "p100x2"), ("big", "p100x4")}  # both trees read
+
+
+def test_pareto_front_by_hand():
+    from trinity.report.evaluation import pareto_front
+
+    points = pd.DataFrame({"t": [1.0, 2.0, 2.0, 3.0, 1.0], "m": [3.0, 1.0, 2.0, 3.0, 3.0]})
+    # (2, 2) is dominated by (2, 1), (3, 3) by everything; the two equal (1, 3) do not dominate each other
+    assert list(pareto_front(points, ["t", "m"]).index) == [0, 1, 4]
 
 
 def test_no_search_results_names_the_stage(tmp_path):

@@ -65,3 +65,19 @@ def test_a_kind_without_any_time_is_refused_by_op_and_kind():
                               "default_link": {"bandwidth_GBps": 1, "latency_us": 1}})
     with pytest.raises(TrinityError, match="op 'a' has times for \\['p100'\\] but none for device kind 'h100'"):
         op_times(g, h100)
+
+
+def test_roofline_only_costs_fill_every_op_from_the_model_and_measure_nothing():
+    """`costs: roofline` (a graph too large to profile here): op times from the speed models alone."""
+    from trinity.stages.profile import roofline_costed
+
+    g = OpGraph([Op(o.name, o.type, 0.0, flops=o.flops, output_bytes=o.output_bytes) for o in graph().ops],
+                graph().edges)
+    costed = roofline_costed(g, ["p100"], "models.x.costs")
+    assert [op.compute_us for op in costed.ops] == [0.0] * 5  # nothing measured on this machine
+    assert costed.ops[costed.index["mm"]].compute_us_by_kind["p100"] == pytest.approx(312.2197, abs=1e-4)
+    assert costed.ops[costed.index["noop"]].compute_us_by_kind["p100"] == 0.0
+    assert cost_source(costed, "p100").startswith("roofline (9.3 TFLOPS x 0.7")
+    with pytest.raises(TrinityError, match="needs at least one device kind in profile.speed_models") as err:
+        roofline_costed(g, [], "models.x.costs")
+    assert err.value.field == "models.x.costs"

@@ -70,12 +70,15 @@ class Strategy:
         return check_placement(graph, cluster, self._indices(graph, cluster.device_names, cluster.name, source),
                                source)
 
-    def to_indices(self, graph: OpGraph, source: str | None = None) -> np.ndarray:
-        """Indices into this strategy's own device list (device i runs on worker i of a real run)."""
-        return self._indices(graph, self.devices, self.cluster, source)
+    def to_indices(self, graph: OpGraph, source: str | None = None, *, same_graph: bool = True) -> np.ndarray:
+        """Indices into this strategy's own device list (device i runs on worker i of a real run).
+        ``same_graph=False`` maps by op name onto another graph with the same ops (the same model
+        exported at another batch size: only the shapes differ)."""
+        return self._indices(graph, self.devices, self.cluster, source, same_graph)
 
-    def _indices(self, graph: OpGraph, names: list[str], cluster_name: str, source: str | None) -> np.ndarray:
-        if self.graph_digest != graph.digest():
+    def _indices(self, graph: OpGraph, names: list[str], cluster_name: str, source: str | None,
+                 same_graph: bool = True) -> np.ndarray:
+        if same_graph and self.graph_digest != graph.digest():
             raise PlacementError(f"was made for graph {self.graph_name!r} ({self.graph_digest}), not for "
                                  f"{graph.name!r} ({graph.digest()})", source=source, field="graph_digest")
         out = np.empty(graph.n_ops, np.int64)

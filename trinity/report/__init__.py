@@ -1,6 +1,7 @@
 """The report: the paper's Tables 3-5, its figures and the simulator-vs-real check, from the pipeline's outputs.
 
-`build_report(results, data, out)` reads ``results/search``, ``results/validate`` and the profiled graphs in
+`build_report(results, data, out)` reads ``results/search`` (and the paper regime's ``results/regime/search``),
+``results/validate`` and the profiled graphs in
 ``data/`` and writes into ``out`` (``reports/``): table{3,4,5}.{csv,md}, REPORT.md, figures/*.png,
 plots/*.csv (DVC's plots) and metrics.json (DVC's metrics).
 """
@@ -54,6 +55,8 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
     """Write the report into ``out``; returns ``{"files": [paths written], "summary": metrics.json's dict}``."""
     results, data, out = Path(results), Path(data), Path(out)
     search = search_results(results)
+    if any((results / "regime" / "search").glob("*/*/metrics.json")):  # the paper's regime: its own stages and folder (dvc.yaml)
+        search = pd.concat([search, search_results(results / "regime")], ignore_index=True)
     cases = per_case(search)
     validated = validation_results(results)
     validation_ran = any((results / "validate").glob("*/results.csv"))
@@ -79,6 +82,12 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
         if found:
             figures.plot_convergence(found, w.path(f"figures/convergence_{model}_{cluster}.png"),
                                      title=f"{model} on {cluster}: search convergence (first seed)")
+    tradeoff = evaluation.reward_tradeoff(search)  # written even when empty: DVC expects the file
+    w.csv("reward_tradeoff.csv", tradeoff)
+    w.text("reward_tradeoff.md", tables.markdown(tradeoff) if len(tradeoff) else
+           "No case ran both trinity-warm and trinity-runtime (run.regime).\n")
+    for model, cluster in evaluation.tradeoff_cases(search):
+        evaluation.plot_pareto(search, model, cluster, w.path(f"figures/pareto_{model}_{cluster}.png"))
     for metric, label, name in (("step_time_ms", "runtime (ms)", "runtime"),
                                 ("peak_comm_MB", "peak communication (MB)", "comm"),
                                 ("peak_memory_GB", "peak memory (GB)", "memory")):
@@ -89,6 +98,8 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
     w.csv("plots/methods.csv", plotdata.methods_frame(cases))
     w.csv("plots/convergence.csv", plotdata.convergence_frame(search))
     w.csv("plots/sim_vs_real.csv", plotdata.sim_vs_real_frame(checked))
+    errors = summary.validation_errors(checked)  # per model and batch; written even when empty (DVC's output)
+    w.csv("validation.csv", pd.DataFrame([{"case": case, **v} for case, v in errors.items()]))
 
     dp_runs, dp_curves = data_parallel.runs(results)
     dp_summary = data_parallel.summary(dp_runs) if len(dp_runs) else pd.DataFrame()
@@ -116,7 +127,7 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
     write_json(w.path("metrics.json"), facts)
     figure_names = sorted(p.name for p in w.paths if p.parent.name == "figures")
     w.text("REPORT.md", summary.report_markdown(t3, t4, t5, facts, validation_ran, figure_names, ev, costs,
-                                                dp_summary, dp_setup, pp_summary, side_by_side))
+                                                dp_summary, dp_setup, pp_summary, side_by_side, tradeoff))
     return {"files": [str(p) for p in w.paths], "summary": facts}
 
 

@@ -107,3 +107,86 @@ def plot_time_to_quality(search: pd.DataFrame, cases: pd.DataFrame, model: str, 
     ax.legend(fontsize=7, loc="upper right")
     _save(fig, path)
     return drawn
+
+
+#: the multi-objective reward (MDPE) and its runtime-only control, both warm-started from the best placer
+TRADEOFF = {"trinity-warm": "Trinity (MDPE reward)", "trinity-runtime": "Trinity (runtime-only reward)"}
+
+
+def _tolerances(jobs: pd.DataFrame) -> tuple[float, float] | None:
+    """(C^, M^) in GB the case's jobs were held to, when their metrics record them."""
+    if not {"comm_tolerance_GB", "memory_tolerance_GB"} <= set(jobs.columns):
+        return None
+    known = jobs.dropna(subset=["comm_tolerance_GB", "memory_tolerance_GB"])
+    return (float(known["comm_tolerance_GB"].iloc[0]), float(known["memory_tolerance_GB"].iloc[0])) \
+        if len(known) else None
+
+
+def tradeoff_cases(search: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (model, cluster) cases where both rewards were searched: what the multi-objective reward buys."""
+    both = search[search["method"].isin(list(TRADEOFF))].groupby(["model", "cluster"], sort=False)["method"]
+    return [case for case, methods in both if set(methods) == set(TRADEOFF)]
+
+
+def reward_tradeoff(search: pd.DataFrame) -> pd.DataFrame:
+    """Per trade-off case: the best placer and each reward's runtime, peak communication and peak memory
+    (mean and spread over seeds) and how many seeds end within both tolerances."""
+    rows = []
+    for model, cluster in tradeoff_cases(search):
+        jobs = search[(search["model"] == model) & (search["cluster"] == cluster) & search["fits"]]
+        tol = _tolerances(jobs)
+        placers = jobs[~jobs["method"].isin(PLACER_EXCLUDED)]
+        entries = [("best placer (" + placers.loc[placers["step_time_ms"].idxmin(), "method"] + ")",
+                    placers.loc[[placers["step_time_ms"].idxmin()]])] if len(placers) else []
+        entries += [(label, jobs[jobs["method"] == method]) for method, label in TRADEOFF.items()]
+        for entry, part in entries:
+            row = {"model": model, "cluster": cluster, "entry": entry, "seeds": len(part)}
+            for metric, digits in (("step_time_ms", 2), ("peak_comm_MB", 1), ("peak_memory_GB", 3)):
+                row[metric] = _r(part[metric].mean(), digits)
+                row[f"{metric}_std"] = _r(part[metric].std(ddof=1), digits)
+            if tol is not None:
+                row["comm_tolerance_GB"], row["memory_tolerance_GB"] = tol
+                within = (part["peak_comm_MB"] <= tol[0] * 1e3) & (part["peak_memory_GB"] <= tol[1])
+                row["seeds_within_tolerances"] = int(within.sum())
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pareto_front(points: pd.DataFrame, objectives: list[str]) -> pd.DataFrame:
+    """The rows no other row dominates (at most as large in every objective, smaller in one)."""
+    values = points[objectives].to_numpy(float)
+    keep = [not any((o <= v).all() and (o < v).any() for o in values) for v in values]
+    return points[keep]
+
+
+def plot_pareto(search: pd.DataFrame, model: str, cluster: str, path: str | os.PathLike) -> None:
+    """Runtime against peak memory and against peak communication: every seed of both rewards and every
+    placer, the tolerances as lines and the Pareto front over all three objectives ringed."""
+    jobs = search[(search["model"] == model) & (search["cluster"] == cluster) & search["fits"]].copy()
+    placers = jobs[~jobs["method"].isin(PLACER_EXCLUDED)]
+    shown = pd.concat([placers, jobs[jobs["method"].isin(list(TRADEOFF))]])
+    front = pareto_front(shown, ["step_time_ms", "peak_comm_MB", "peak_memory_GB"])
+    tol = _tolerances(jobs)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, (metric, label, scale, t) in zip(axes, (
+            ("peak_memory_GB", "peak memory of the fullest device (GB)", 1.0, tol[1] if tol else None),
+            ("peak_comm_MB", "peak communication of one device (GB)", 1e-3, tol[0] if tol else None))):
+        for i, (method, label_m) in enumerate(TRADEOFF.items()):
+            part = jobs[jobs["method"] == method]
+            ax.scatter(part[metric] * scale, part["step_time_ms"], s=40, color=plt.cm.tab10(i), label=label_m,
+                       zorder=3)
+        ax.scatter(placers[metric] * scale, placers["step_time_ms"], s=30, marker="s", color="grey",
+                   label="placers", zorder=2)
+        for _, p in placers.iterrows():
+            ax.annotate(p["method"], (p[metric] * scale, p["step_time_ms"]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+        ax.scatter(front[metric] * scale, front["step_time_ms"], s=140, facecolors="none", edgecolors="black",
+                   label="Pareto front (all 3 objectives)", zorder=4)
+        if t is not None:
+            ax.axvline(t, color="red", ls="--", lw=1, label="tolerance")
+        ax.set_xlabel(label)
+        ax.set_ylabel("simulated step time (ms)")
+        ax.set_yscale("log")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{model} on {cluster}: what the multi-objective reward buys (every seed)")
+    _save(fig, path)

@@ -102,17 +102,32 @@ def plot_bars(cases: pd.DataFrame, metric: str, label: str, path: str | os.PathL
 
 
 def plot_sim_vs_real_all(measured: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Every measured strategy of every model: simulated against measured step time, y = x (Fig. 9)."""
-    fig, ax = plt.subplots(figsize=(5.5, 5))
-    for model, part in measured.groupby("model"):
-        ax.scatter(part["real_step_ms"], part["sim_step_ms"], s=24, label=model, alpha=0.85)
-    top = max(float(measured[["real_step_ms", "sim_step_ms"]].max().max()), 1e-9) * 1.08
-    ax.plot([0, top], [0, top], "k-", lw=0.8, label="y = x")
-    ax.fill_between([0, top], [0, 0.9 * top], [0, 1.1 * top], color="grey", alpha=0.15, label="±10%")
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
-    ax.set_xlabel("measured step time (ms)")
-    ax.set_ylabel("simulated step time (ms)")
-    ax.set_title(f"simulator vs real: median |error| {measured['step_error'].abs().median():.1%}")
-    ax.legend(fontsize=8)
+    """Every measured strategy, one panel per model and batch: simulated against measured step time,
+    y = x and a ±10% band (Fig. 9); held-out split strategies (not in the calibration, over two workers
+    or more) filled, the others hollow."""
+    batch = measured["batch"] if "batch" in measured else pd.Series(np.nan, index=measured.index)
+    panels = list(measured.groupby([measured["model"], batch.fillna(-1)], sort=False))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.8), squeeze=False)
+    for ax, ((model, b), part) in zip(axes[0], panels):
+        held = ~part["calibration_set"].astype(bool) & (part["real_crossed_MB"] > 0) \
+            if {"calibration_set", "real_crossed_MB"} <= set(part.columns) else pd.Series(True, index=part.index)
+        ax.scatter(part.loc[held, "real_step_ms"], part.loc[held, "sim_step_ms"], s=26, color="C0",
+                   label=f"held out, split ({int(held.sum())})")
+        ax.scatter(part.loc[~held, "real_step_ms"], part.loc[~held, "sim_step_ms"], s=26, facecolors="none",
+                   edgecolors="C1", label=f"calibration set or one worker ({int((~held).sum())})")
+        values = part[["real_step_ms", "sim_step_ms"]].to_numpy(float)
+        low, top = values.min() / 1.15, values.max() * 1.15
+        ax.plot([low, top], [low, top], "k-", lw=0.8, label="y = x")
+        ax.fill_between([low, top], [0.9 * low, 0.9 * top], [1.1 * low, 1.1 * top], color="grey", alpha=0.15,
+                        label="±10%")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(low, top)
+        ax.set_ylim(low, top)
+        ax.set_xlabel("measured step time (ms)")
+        ax.set_ylabel("simulated step time (ms)")
+        error = part.loc[held, "step_error"].abs().median()
+        ax.set_title(f"{model}{'' if b == -1 else f', batch {int(b)}'}: held-out split median |error| "
+                     f"{error:.1%}", fontsize=9)
+        ax.legend(fontsize=7)
     _save(fig, path)

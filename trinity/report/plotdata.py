@@ -50,5 +50,11 @@ def convergence_frame(search: pd.DataFrame) -> pd.DataFrame:
 
 
 def sim_vs_real_frame(measured: pd.DataFrame) -> pd.DataFrame:
-    columns = ["model", "strategy", "sim_step_ms", "real_step_ms"]
-    return measured[columns] if len(measured) else pd.DataFrame(columns=columns)
+    """Every measured strategy (DVC's scatter plot), with its batch and whether it is held out and split."""
+    columns = ["model", "batch", "strategy", "sim_step_ms", "real_step_ms", "held_out_split"]
+    if not len(measured):
+        return pd.DataFrame(columns=columns)
+    out = measured.assign(batch=measured["batch"] if "batch" in measured else None)
+    out["held_out_split"] = (~out["calibration_set"].astype(bool) & (out["real_crossed_MB"] > 0)
+                             if {"calibration_set", "real_crossed_MB"} <= set(out.columns) else None)
+    return out[columns]

@@ -72,17 +72,20 @@ def per_case(search: pd.DataFrame) -> pd.DataFrame:
 
 
 def validation_results(results: Path) -> pd.DataFrame:
-    """Every validated strategy of every model (``validate/<model>/results.csv``); empty when the validate
-    stage did not run."""
+    """Every validated strategy of every model and batch (``validate/<model>/results.csv`` at the model's
+    own batch, ``validate/<model>/batch<b>/results.csv`` at others); empty when the validate stage did not run."""
     frames = []
-    for path in sorted((results / "validate").glob("*/results.csv")):
+    paths = sorted((results / "validate").glob("*/results.csv")) + sorted((results / "validate").glob("*/batch*/results.csv"))
+    for path in paths:
         table = pd.read_csv(path)
         missing = {"strategy", "sim_step_ms", "real_step_ms"} - set(table.columns)
         if missing:
             raise TrinityError(f"missing columns {', '.join(sorted(missing))}", source=str(path))
         if "step_error" not in table:
             table["step_error"] = (table["sim_step_ms"] - table["real_step_ms"]) / table["real_step_ms"]
-        table.insert(0, "model", path.parent.name)
+        if "batch" not in table:
+            table.insert(0, "batch", np.nan)
+        table.insert(0, "model", path.parent.parent.name if path.parent.name.startswith("batch") else path.parent.name)
         frames.append(table)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

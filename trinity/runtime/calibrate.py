@@ -310,3 +310,28 @@ def calibration_for(graph: OpGraph, graph_def: bytes, workers: Workers, folder, 
     save_graph(cg, graph_file)
     write_json(folder / "calibration.json", report)
     return cluster, cg, report
+
+
+def calibration_at_batch(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluster, folder, *,
+                         steps: int = 10, progress: bool = True) -> OpGraph:
+    """``graph`` (the model exported at another batch size) with its op times measured on the workers,
+    the link and transfer model of ``cluster`` (fitted at the model's own batch) kept: nothing is fitted
+    at this batch. Read from ``folder/graph.json.gz`` when it holds this graph, else measured there."""
+    from pathlib import Path
+
+    from trinity.fileio import write_json
+    from trinity.graph import load_graph, save_graph
+
+    graph_file = Path(folder) / "graph.json.gz"
+    if graph_file.exists():
+        cg = load_graph(graph_file)
+        if cg.meta.get("exported_digest") == graph.digest():
+            return cg
+    cg, report = profile_on_worker(graph, graph_def, workers, steps=steps, progress=progress)
+    cg = OpGraph(cg.ops, cg.edges, name=cg.name, meta={**cg.meta, "exported_digest": graph.digest()},
+                 source=cg.source)
+    save_graph(cg, graph_file)
+    write_json(Path(folder) / "calibration.json",
+               {"profile": {k: v for k, v in report.items() if k != "step_us"}, "cluster": cluster.name,
+                "note": "link and transfer model kept from the model's own batch; only op times measured here"})
+    return cg

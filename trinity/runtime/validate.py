@@ -125,13 +125,17 @@ def validate(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluste
 
 def error_summary(table: pd.DataFrame) -> dict:
     """Median and 90th percentile of |relative error| of step time and communication: over every
-    strategy, over those that split the step across workers, and over those held out of the
-    calibration (the send CPU share is fitted to the placers in `FIT_PLACERS`)."""
+    strategy, over those that split the step across workers, over those held out of the
+    calibration (the send CPU share is fitted to the placers in `FIT_PLACERS`) and over those both
+    held out and split; rank correlations of simulated against measured step times."""
     measured = table.dropna(subset=["real_step_ms"]) if "real_step_ms" in table else table.iloc[:0]
     step = measured["step_error"].abs()
     comm = measured.loc[measured["real_crossed_MB"] > 0, "comm_error"].abs()
     split = measured.loc[measured["real_crossed_MB"] > 0, "step_error"].abs()
-    held_out = measured.loc[~measured["calibration_set"].astype(bool), "step_error"].abs()
+    held_out_mask = ~measured["calibration_set"].astype(bool)
+    held_out = measured.loc[held_out_mask, "step_error"].abs()
+    # what a search is judged by: strategies the calibration never saw that split the step over workers
+    held_out_split = measured.loc[held_out_mask & (measured["real_crossed_MB"] > 0)]
 
     def q(x, p):
         return float(x.quantile(p)) if len(x) else float("nan")
@@ -146,9 +150,19 @@ def error_summary(table: pd.DataFrame) -> dict:
         "held_out_strategies": len(held_out),
         "held_out_step_error_median": q(held_out, 0.5),
         "held_out_step_error_p90": q(held_out, 0.9),
+        "held_out_split_strategies": len(held_out_split),
+        "held_out_split_step_error_median": q(held_out_split["step_error"].abs(), 0.5),
+        "held_out_split_step_error_p90": q(held_out_split["step_error"].abs(), 0.9),
+        "held_out_split_rank_correlation": _rank_correlation(held_out_split),
         "comm_error_median": q(comm, 0.5),
         "comm_error_p90": q(comm, 0.9),
         "overridden_ops": int(measured["overridden"].sum()) if len(measured) else 0,
-        "rank_correlation": float(measured["sim_step_ms"].rank().corr(measured["real_step_ms"].rank()))
-        if len(measured) > 2 else float("nan"),
+        "rank_correlation": _rank_correlation(measured),
     }
+
+
+def _rank_correlation(rows: pd.DataFrame) -> float:
+    """Spearman's rank correlation of simulated against measured step times (NaN under 3 rows)."""
+    if len(rows) < 3:
+        return float("nan")
+    return float(rows["sim_step_ms"].rank().corr(rows["real_step_ms"].rank()))

@@ -56,6 +56,7 @@ def compose(overrides: list[str] = (), config_dir: str | Path = CONF_DIR) -> Dic
 
 #: which method kinds each list of `run` takes
 RUN_KINDS = {"placers": ("placer",), "searches": ("search", "local-search"),
+             "regime.placers": ("placer",), "regime.searches": ("search", "local-search"),
              "data_parallel.methods": ("data-parallel",), "pipeline_parallel.methods": ("pipeline-parallel",)}
 
 
@@ -63,7 +64,8 @@ def check_run(cfg: DictConfig) -> None:
     """What `run` lists exists in the catalogue, in the right list; seed lists are non-empty integers."""
     run = cfg.run
     for key, table in (("models", "models"), ("graphs", "models"), ("clusters", "clusters"), ("validate", "models"),
-                       ("pipeline_parallel.models", "models"), ("pipeline_parallel.clusters", "clusters")):
+                       ("pipeline_parallel.models", "models"), ("pipeline_parallel.clusters", "clusters"),
+                       ("regime.models", "models"), ("regime.clusters", "clusters")):
         for name in OmegaConf.select(run, key) or []:
             if name not in cfg[table]:
                 raise TrinityError(f"unknown {table[:-1]} {name!r}; choose from {', '.join(cfg[table])}",
@@ -72,6 +74,8 @@ def check_run(cfg: DictConfig) -> None:
     for family in ("data_parallel", "pipeline_parallel"):
         if run.get(family):
             lists[f"{family}.methods"] = run[family].methods or []
+    if run.get("regime"):
+        lists["regime.placers"], lists["regime.searches"] = run.regime.placers or [], run.regime.searches or []
     if run.get("pipeline_parallel"):
         for name in cfg.pipeline_parallel.measure.clusters:
             if name not in run.pipeline_parallel.clusters:
@@ -89,7 +93,7 @@ def check_run(cfg: DictConfig) -> None:
                 raise TrinityError(f"method {name!r} is a {cfg.methods[name].kind} method; run.{key} takes "
                                    f"{' or '.join(RUN_KINDS[key])} methods", field=f"run.{key}")
     graphs = set(run.get("graphs") or [])
-    for key in ("models", "families.models"):
+    for key in ("models", "families.models", "regime.models"):
         missing = [m for m in (OmegaConf.select(cfg, f"run.{key}") or []) if m not in graphs]
         if missing:
             raise TrinityError(f"{missing} have no op graph: add them to run.graphs", field=f"run.{key}")
@@ -102,13 +106,24 @@ def check_run(cfg: DictConfig) -> None:
             if name not in run.pipeline_parallel.clusters:
                 raise TrinityError(f"{name!r} has no pipeline plans: add it to run.pipeline_parallel.clusters",
                                    field="run.families.clusters")
-    for key in ("seeds", "data_parallel.seeds", "pipeline_parallel.seeds"):
+    if run.get("regime"):
+        _check_regime(cfg)
+    for key in ("seeds", "data_parallel.seeds", "pipeline_parallel.seeds", "regime.seeds"):
         seeds = OmegaConf.select(cfg, f"run.{key}")
         if seeds is None and key != "seeds":
             continue
         if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
             shown = OmegaConf.to_container(seeds) if isinstance(seeds, DictConfig | ListConfig) else seeds
             raise TrinityError(f"must be a non-empty list of integers >= 0, got {shown!r}", field=f"run.{key}")
+
+
+def _check_regime(cfg: DictConfig) -> None:
+    """The paper's regime: its own graphs (embedded by their own stage) and tolerances a reward accepts."""
+    both = [m for m in cfg.run.regime.models if m in cfg.run.models]
+    if both:
+        raise TrinityError(f"{both} are in run.models too: the regime's graphs are searched by their own stages",
+                           field="run.regime.models")
+    typed(MDPEConfig, cfg.reward, cfg.run.regime.reward, where="run.regime.reward")
 
 
 def write_params(cfg: DictConfig, path: str | os.PathLike = PARAMS_FILE) -> None:

@@ -67,8 +67,10 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
         metrics = _anneal(cfg, graph, cluster, method, job, out)
     else:
         metrics = _search(cfg, graph, cluster, job, out, tracker)
+    tolerances = config.reward(cfg)  # what the reward held the job to (the paper's regime sets its own)
     metrics = {"model": job.model, "cluster": job.cluster, "method": job.method, "seed": job.seed,
-               "devices": cluster.n_devices, **metrics, "cluster_config": cluster.to_dict()}
+               "devices": cluster.n_devices, **metrics, "comm_tolerance_GB": tolerances.comm_tolerance_GB,
+               "memory_tolerance_GB": tolerances.memory_tolerance_GB, "cluster_config": cluster.to_dict()}
     write_json(out / "metrics.json", metrics)
     write_json(config.search_metrics_file(cfg, job), {k: v for k, v in metrics.items() if k != "cluster_config"})
     if metrics.get("infeasible"):
