@@ -55,7 +55,8 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
     """Write the report into ``out``; returns ``{"files": [paths written], "summary": metrics.json's dict}``."""
     results, data, out = Path(results), Path(data), Path(out)
     search = search_results(results)
-    if any((results / "regime" / "search").glob("*/*/metrics.json")):  # the paper's regime: its own stages and folder (dvc.yaml)
+    # the paper's regime: its own stages and results folder (dvc.yaml)
+    if any((results / "regime" / "search").glob("*/*/metrics.json")):
         search = pd.concat([search, search_results(results / "regime")], ignore_index=True)
     cases = per_case(search)
     validated = validation_results(results)

@@ -75,8 +75,8 @@ def validation_results(results: Path) -> pd.DataFrame:
     """Every validated strategy of every model and batch (``validate/<model>/results.csv`` at the model's
     own batch, ``validate/<model>/batch<b>/results.csv`` at others); empty when the validate stage did not run."""
     frames = []
-    paths = sorted((results / "validate").glob("*/results.csv")) + sorted((results / "validate").glob("*/batch*/results.csv"))
-    for path in paths:
+    folder = results / "validate"
+    for path in sorted(folder.glob("*/results.csv")) + sorted(folder.glob("*/batch*/results.csv")):
         table = pd.read_csv(path)
         missing = {"strategy", "sim_step_ms", "real_step_ms"} - set(table.columns)
         if missing:
@@ -85,7 +85,8 @@ def validation_results(results: Path) -> pd.DataFrame:
             table["step_error"] = (table["sim_step_ms"] - table["real_step_ms"]) / table["real_step_ms"]
         if "batch" not in table:
             table.insert(0, "batch", np.nan)
-        table.insert(0, "model", path.parent.parent.name if path.parent.name.startswith("batch") else path.parent.name)
+        model = path.parent.parent if path.parent.name.startswith("batch") else path.parent
+        table.insert(0, "model", model.name)
         frames.append(table)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
