@@ -40,6 +40,7 @@ import numpy as np
 from trinity.cluster import Cluster
 from trinity.costs import op_times
 from trinity.graph.ir import OpGraph
+from trinity.heap import earlier, heap_pop, heap_push
 from trinity.placers.base import MemoryBudget
 
 
@@ -67,12 +68,6 @@ def list_schedule(graph: OpGraph, cluster: Cluster, favorite_parent: np.ndarray 
     return placement
 
 
-@numba.njit(cache=True, inline="always")
-def _before(t1, p1, d1, t2, p2, d2):
-    """(start, topological position, device) ordering: ETF's choice and its tie rules."""
-    return t1 < t2 or (t1 == t2 and (p1 < p2 or (p1 == p2 and d1 < d2)))
-
-
 @numba.njit(cache=True)
 def _schedule(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, out_tensor, tensor_offset,
               tensor_owner, group, group_bytes, free, group_device, latency, bandwidth, favorite, contention):
@@ -97,7 +92,8 @@ def _schedule(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst,
     copy_next = np.empty(cap, np.int64)
     n_copies = 0
 
-    # Ready ops: a list with positions (for removal), and a heap of entries (start, device, op).
+    # Ready ops: a list with positions (for removal), and a heap of entries (start, op) ordered by
+    # start, then topological position, then device (ETF's choice and its tie rules: `e_seq`).
     # An op's entry is current while entry_of[op] names it; others are stale and skipped.
     ready = np.empty(n, np.int64)
     ready_at = np.full(n, -1, np.int64)
@@ -105,7 +101,7 @@ def _schedule(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst,
     restricted = np.zeros(n, np.bool_)  # scored on its favorite parent's device only
     entry_of = np.full(n, -1, np.int64)
     e_time = np.empty(2 * n + 16)
-    e_dev = np.empty(2 * n + 16, np.int64)
+    e_seq = np.empty(2 * n + 16, np.int64)  # pos[op] * n_dev + device
     e_op = np.empty(2 * n + 16, np.int64)
     heap = np.empty(2 * n + 16, np.int64)
     n_heap = 0
@@ -146,7 +142,7 @@ def _schedule(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst,
                                 device_free, copy_head, copy_dev, copy_time, copy_next, group, group_bytes, free,
                                 group_device, latency, bandwidth, favorite, data_ready, arrival)
             restricted[j] = held
-            n_heap, n_entries = _add(j, t, d, heap, n_heap, n_entries, e_time, e_dev, e_op, entry_of, pos)
+            n_heap, n_entries = _add(j, t, pos[j] * n_dev + d, heap, n_heap, n_entries, e_time, e_seq, e_op, entry_of)
         n_fresh = 0
         if scheduled == n:
             break
@@ -154,7 +150,7 @@ def _schedule(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst,
         # Pop until the top, re-scored, still comes first.
         while True:
             e = heap[0]
-            n_heap = _pop(heap, n_heap, e_time, e_dev, e_op, pos)
+            n_heap = heap_pop(heap, n_heap, e_time, e_seq)
             op = e_op[e]
             if entry_of[op] != e:
                 continue
@@ -163,10 +159,10 @@ def _schedule(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst,
                                 group_device, latency, bandwidth, favorite, data_ready, arrival)
             restricted[op] = held
             while n_heap and entry_of[e_op[heap[0]]] != heap[0]:
-                n_heap = _pop(heap, n_heap, e_time, e_dev, e_op, pos)
-            if n_heap == 0 or _before(t, pos[op], d, e_time[heap[0]], pos[e_op[heap[0]]], e_dev[heap[0]]):
+                n_heap = heap_pop(heap, n_heap, e_time, e_seq)
+            if n_heap == 0 or earlier(t, pos[op] * n_dev + d, e_time[heap[0]], e_seq[heap[0]]):
                 break
-            n_heap, n_entries = _add(op, t, d, heap, n_heap, n_entries, e_time, e_dev, e_op, entry_of, pos)
+            n_heap, n_entries = _add(op, t, pos[op] * n_dev + d, heap, n_heap, n_entries, e_time, e_seq, e_op, entry_of)
 
         # Schedule `op` on `d`: commit its input transfers on the senders' queues.
         step += 1
@@ -251,22 +247,22 @@ def _schedule(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst,
 
 
 @numba.njit(cache=True)
-def _add(j, t, d, heap, n_heap, n_entries, e_time, e_dev, e_op, entry_of, pos):
-    """Make (t, d) op ``j``'s current heap entry; returns (heap size, entries used). When the entry
+def _add(j, t, seq, heap, n_heap, n_entries, e_time, e_seq, e_op, entry_of):
+    """Make (t, seq) op ``j``'s current heap entry; returns (heap size, entries used). When the entry
     store is full, it first keeps only the current entries (at most one per op: room for n more)."""
     if n_entries == e_time.shape[0]:
         kept = 0
         n_heap = 0
         for e in range(n_entries):  # in index order, so no entry is overwritten before it is read
             if entry_of[e_op[e]] == e:
-                e_time[kept], e_dev[kept], e_op[kept] = e_time[e], e_dev[e], e_op[e]
+                e_time[kept], e_seq[kept], e_op[kept] = e_time[e], e_seq[e], e_op[e]
                 entry_of[e_op[kept]] = kept
-                n_heap = _push(heap, n_heap, kept, e_time, e_dev, e_op, pos)
+                n_heap = heap_push(heap, n_heap, e_time, e_seq, kept)
                 kept += 1
         n_entries = kept
-    e_time[n_entries], e_dev[n_entries], e_op[n_entries] = t, d, j
+    e_time[n_entries], e_seq[n_entries], e_op[n_entries] = t, seq, j
     entry_of[j] = n_entries
-    return _push(heap, n_heap, n_entries, e_time, e_dev, e_op, pos), n_entries + 1
+    return heap_push(heap, n_heap, e_time, e_seq, n_entries), n_entries + 1
 
 
 @numba.njit(cache=True)
@@ -317,40 +313,3 @@ def _score(j, in_ptr, in_src, in_tensor, in_bytes, placement, finish, sender_fre
             best_t = t
             best_d = dd
     return best_t, best_d, restricted
-
-
-@numba.njit(cache=True, inline="always")
-def _first(a, b, e_time, e_dev, e_op, pos):
-    return _before(e_time[a], pos[e_op[a]], e_dev[a], e_time[b], pos[e_op[b]], e_dev[b])
-
-
-@numba.njit(cache=True)
-def _push(heap, size, item, e_time, e_dev, e_op, pos):
-    i = size
-    while i > 0:
-        parent = (i - 1) >> 1
-        if not _first(item, heap[parent], e_time, e_dev, e_op, pos):
-            break
-        heap[i] = heap[parent]
-        i = parent
-    heap[i] = item
-    return size + 1
-
-
-@numba.njit(cache=True)
-def _pop(heap, size, e_time, e_dev, e_op, pos):
-    size -= 1
-    item = heap[size]
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= size:
-            break
-        if child + 1 < size and _first(heap[child + 1], heap[child], e_time, e_dev, e_op, pos):
-            child += 1
-        if not _first(heap[child], item, e_time, e_dev, e_op, pos):
-            break
-        heap[i] = heap[child]
-        i = child
-    heap[i] = item
-    return size

@@ -23,6 +23,7 @@ import numpy as np
 
 from trinity.cluster import Cluster
 from trinity.graph.ir import OpGraph
+from trinity.heap import heap_pop, heap_push
 from trinity.placement import check_placement
 from trinity.costs import op_times
 from trinity.sim.result import SimResult, lower_bound
@@ -117,45 +118,6 @@ def _sort_members(members):
             members[j + 1] = members[j]
             j -= 1
         members[j + 1] = x
-
-
-@numba.njit(cache=True, inline="always")
-def _before(a, b, key_time, key_seq):
-    return key_time[a] < key_time[b] or (key_time[a] == key_time[b] and key_seq[a] < key_seq[b])
-
-
-@numba.njit(cache=True, inline="always")
-def _heap_push(heap, size, key_time, key_seq, item):
-    """Push ``item`` onto the min-heap ``heap[:size]`` ordered by (key_time, key_seq); the new size."""
-    i = size
-    while i > 0:
-        parent = (i - 1) >> 1
-        if not _before(item, heap[parent], key_time, key_seq):
-            break
-        heap[i] = heap[parent]
-        i = parent
-    heap[i] = item
-    return size + 1
-
-
-@numba.njit(cache=True, inline="always")
-def _heap_pop(heap, size, key_time, key_seq):
-    """Remove the top of ``heap[:size]`` (read it from heap[0] first); the new size."""
-    size -= 1
-    item = heap[size]
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= size:
-            break
-        if child + 1 < size and _before(heap[child + 1], heap[child], key_time, key_seq):
-            child += 1
-        if not _before(heap[child], item, key_time, key_seq):
-            break
-        heap[i] = heap[child]
-        i = child
-    heap[i] = item
-    return size
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -287,7 +249,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 slot_seq[d] = seq
                 seq += 1
                 if use_heap:
-                    n_heap = _heap_push(heap, n_heap, slot_time, slot_seq, d)
+                    n_heap = heap_push(heap, n_heap, slot_time, slot_seq, d)
         compute[0] = 0
         _sort_members(send)
         for i in range(1, send[0] + 1):
@@ -310,7 +272,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 slot_seq[s] = seq
                 seq += 1
                 if use_heap:
-                    n_heap = _heap_push(heap, n_heap, slot_time, slot_seq, s)
+                    n_heap = heap_push(heap, n_heap, slot_time, slot_seq, s)
         send[0] = 0
 
         # Next completion: earliest time, then earliest started.
@@ -318,7 +280,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
             if n_heap == 0:
                 break
             best = heap[0]
-            n_heap = _heap_pop(heap, n_heap, slot_time, slot_seq)
+            n_heap = heap_pop(heap, n_heap, slot_time, slot_seq)
         else:
             best = -1
             best_time = np.inf
