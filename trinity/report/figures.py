@@ -11,6 +11,7 @@ import pandas as pd
 from trinity.graph.ir import OpGraph
 from trinity.plots import _save, plt
 from trinity.report.results import METHOD_ORDER
+from trinity.runtime.validate import held_out_split_rows
 
 
 def topological_depth(graph: OpGraph) -> np.ndarray:
@@ -109,8 +110,8 @@ def plot_sim_vs_real_all(measured: pd.DataFrame, path: str | os.PathLike) -> Non
     panels = list(measured.groupby([measured["model"], batch.fillna(-1)], sort=False))
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.8), squeeze=False)
     for ax, ((model, b), part) in zip(axes[0], panels):
-        held = ~part["calibration_set"].astype(bool) & (part["real_crossed_MB"] > 0) \
-            if {"calibration_set", "real_crossed_MB"} <= set(part.columns) else pd.Series(True, index=part.index)
+        held = held_out_split_rows(part) if {"calibration_set", "real_crossed_MB"} <= set(part.columns) \
+            else pd.Series(True, index=part.index)
         ax.scatter(part.loc[held, "real_step_ms"], part.loc[held, "sim_step_ms"], s=26, color="C0",
                    label=f"held out, split ({int(held.sum())})")
         ax.scatter(part.loc[~held, "real_step_ms"], part.loc[~held, "sim_step_ms"], s=26, facecolors="none",

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from trinity.runtime.validate import held_out_split_rows
+
 #: the searches whose history.csv the convergence plots read
 SEARCH_METHODS = ("trinity", "hierarchical")
 
@@ -55,6 +57,6 @@ def sim_vs_real_frame(measured: pd.DataFrame) -> pd.DataFrame:
     if not len(measured):
         return pd.DataFrame(columns=columns)
     out = measured.assign(batch=measured["batch"] if "batch" in measured else None)
-    out["held_out_split"] = (~out["calibration_set"].astype(bool) & (out["real_crossed_MB"] > 0)
-                             if {"calibration_set", "real_crossed_MB"} <= set(out.columns) else None)
+    out["held_out_split"] = (held_out_split_rows(out) if {"calibration_set", "real_crossed_MB"} <= set(out.columns)
+                             else None)
     return out[columns]

@@ -132,10 +132,8 @@ def error_summary(table: pd.DataFrame) -> dict:
     step = measured["step_error"].abs()
     comm = measured.loc[measured["real_crossed_MB"] > 0, "comm_error"].abs()
     split = measured.loc[measured["real_crossed_MB"] > 0, "step_error"].abs()
-    held_out_mask = ~measured["calibration_set"].astype(bool)
-    held_out = measured.loc[held_out_mask, "step_error"].abs()
-    # what a search is judged by: strategies the calibration never saw that split the step over workers
-    held_out_split = measured.loc[held_out_mask & (measured["real_crossed_MB"] > 0)]
+    held_out = measured.loc[~measured["calibration_set"].astype(bool), "step_error"].abs()
+    held_out_split = measured.loc[held_out_split_rows(measured)]
 
     def q(x, p):
         return float(x.quantile(p)) if len(x) else float("nan")
@@ -159,6 +157,12 @@ def error_summary(table: pd.DataFrame) -> dict:
         "overridden_ops": int(measured["overridden"].sum()) if len(measured) else 0,
         "rank_correlation": _rank_correlation(measured),
     }
+
+
+def held_out_split_rows(table: pd.DataFrame) -> pd.Series:
+    """What a search is judged by: the strategies the calibration never saw that split the step over
+    workers (bool per row; rows measured, with ``calibration_set`` and ``real_crossed_MB``)."""
+    return ~table["calibration_set"].astype(bool) & (table["real_crossed_MB"] > 0)
 
 
 def _rank_correlation(rows: pd.DataFrame) -> float:
