@@ -98,11 +98,11 @@ def test_an_unknown_job_names_the_choices():
 
 
 def test_params_file_is_the_resolved_composition(tmp_path):
-    cfg = config.compose(["experiment=smoke", "methods.trinity.search.lr=0.01"])
+    cfg = config.compose(["experiment=smoke", "methods.trinity.search.agent.lr=0.01"])
     config.write_params(cfg, tmp_path / "params.yaml")
     written = OmegaConf.load(tmp_path / "params.yaml")
     assert "hydra" not in written and written.run.name == "smoke"
-    assert written.methods.trinity.search.lr == 0.01
+    assert written.methods.trinity.search.agent.lr == 0.01
     assert "${" not in OmegaConf.to_yaml(written)  # interpolations resolved
     assert OmegaConf.to_container(written) == OmegaConf.to_container(cfg, resolve=True) | {}
 

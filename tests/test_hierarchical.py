@@ -3,6 +3,8 @@ scoring agree, the search runs, resumes exactly and warm-starts; warm-start agre
 
 from dataclasses import replace
 
+from dataclasses import asdict
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +12,9 @@ import torch
 from conftest import make_cluster
 from trinity.graph import Edge, Op, OpGraph
 from trinity.rl.hierarchical import GrouperInputs, HierarchicalConfig, HierarchicalPolicy
-from trinity.rl.search import Search, SearchConfig, agreement, interchangeable_devices
+from trinity.cluster import interchangeable_devices
+from trinity.rl.search import Search, SearchConfig
+from trinity.rl.warm_start import agreement
 
 SMALL = HierarchicalConfig(hidden=16, type_embedding=4, max_outputs=2, adjacency=4)
 
@@ -104,7 +108,7 @@ def chains():
 
 
 def config(iterations, **kw):
-    kw = {"batch": 4, "num_groups": 4, "lr": 0.01, "checkpoint_every": 5, "hierarchical": SMALL, **kw}
+    kw = {"batch": 4, "checkpoint_every": 5, "agent": {"num_groups": 4, "lr": 0.01, "policy": asdict(SMALL)}, **kw}
     return SearchConfig(method="hierarchical", iterations=iterations, **kw)
 
 
@@ -112,23 +116,24 @@ def test_tiny_search_finds_the_optimum_and_resumes_exactly(tmp_path):
     c = make_cluster(2, latency_us=10.0)
     full = Search(chains(), c, config(30), tmp_path / "full", progress=False)
     best = full.run()
-    assert best.step_time_us == 400.0 and best.iteration > 0 and full.cfg.hierarchical.num_groups == 4
+    assert best.step_time_us == 400.0 and best.iteration > 0 and full.agent.options.policy.num_groups == 4
     Search(chains(), c, config(10), tmp_path / "cut", progress=False).run()  # "killed" after its checkpoint
     resumed = Search(chains(), c, config(30), tmp_path / "cut", progress=False)
     assert resumed.iteration == 10
     resumed.run()
     assert [h["charts/reward_mean"] for h in resumed.history] == [h["charts/reward_mean"] for h in full.history]
-    for a, b in zip(resumed.policy.state_dict().values(), full.policy.state_dict().values()):
+    for a, b in zip(resumed.agent.policy.state_dict().values(), full.agent.policy.state_dict().values()):
         assert torch.equal(a, b)
 
 
 def test_published_defaults_and_schedules(tmp_path):
-    s = Search(chains(), make_cluster(2), SearchConfig(method="hierarchical", iterations=1, hierarchical=SMALL),
-               tmp_path, progress=False)
-    assert s.cfg.lr == 0.1 and s.num_groups == 8  # min(256, 20 x 2 devices), capped at the 8 ops
-    assert [s._noise(i) for i in (0, 749, 750)] == [0.5, 0.5, 0.0]  # logits_std_noise until step 750
-    assert [s._lr(i) for i in (399, 400, 449, 450, 500)] == [0.1, 0.1, 0.1, 0.1 * 0.95, 0.1 * 0.95 ** 2]
-    assert not hasattr(s, "features") and s.units.n_units == 8  # no node2vec: the graph's own features
+    s = Search(chains(), make_cluster(2), SearchConfig(method="hierarchical", iterations=1,
+                                                       agent={"policy": asdict(SMALL)}), tmp_path, progress=False)
+    a = s.agent
+    assert a.options.lr == 0.1 and s.num_groups == 8  # min(256, 20 x 2 devices), capped at the 8 ops
+    assert [a.noise(i) for i in (0, 749, 750)] == [0.5, 0.5, 0.0]  # logits_std_noise until step 750
+    assert [a.lr(i) for i in (399, 400, 449, 450, 500)] == [0.1, 0.1, 0.1, 0.1 * 0.95, 0.1 * 0.95 ** 2]
+    assert a.units.n_units == 8  # no node2vec: the graph's own features
 
 
 def test_warm_start_imitates_the_placer_and_starts_from_its_output(tmp_path):
@@ -137,7 +142,7 @@ def test_warm_start_imitates_the_placer_and_starts_from_its_output(tmp_path):
     c = make_cluster(2, latency_us=10.0)
     target = place("m-etf", chains(), c).placement
     s = Search(chains(), c, config(1, warm_start="m-etf", warm_start_steps=60), tmp_path, progress=False)
-    assert s.cfg.lr == 0.01 and s.warm_start_placer == "m-etf"
+    assert s.agent.options.lr == 0.01 and s.warm_start_placer == "m-etf"
     assert s.best.iteration == -1 and np.array_equal(s.best.placement, target)
     assert s.warm_start_agreement >= 0.75
 

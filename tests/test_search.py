@@ -1,5 +1,7 @@
 """The search loop end to end at tiny budgets: finds a known optimum, resumes exactly, refuses bad input."""
 
+from dataclasses import asdict
+
 import numpy as np
 import pytest
 
@@ -33,9 +35,17 @@ def cluster(n=2, memory_GB=1.0):
                               "default_link": {"bandwidth_GBps": 1.0, "latency_us": 10.0}})
 
 
-def config(method, iterations, policy=TINY, lr=0.01, **kw):
-    return SearchConfig(method=method, iterations=iterations, batch=8, num_groups=4, lr=lr, embedding_dim=4,
-                        checkpoint_every=10, policy=policy, **kw)
+TINY_HIERARCHICAL = {"hidden": 32, "type_embedding": 8, "grouper_hidden": 16}
+
+
+def config(method, iterations, policy=TINY, lr=0.01, agent=None, **kw):
+    """A tiny search: 4 groups, small networks (``agent`` adds to the method's options)."""
+    options = {"num_groups": 4, "lr": lr, **(agent or {})}
+    if method == "trinity":
+        options.update(embedding_dim=4, policy=asdict(policy) if policy is not None else {})
+    else:
+        options.update(policy=TINY_HIERARCHICAL)
+    return SearchConfig(method=method, iterations=iterations, batch=8, checkpoint_every=10, agent=options, **kw)
 
 
 @pytest.mark.parametrize("method", ["trinity", "hierarchical"])
@@ -62,7 +72,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
     assert resumed.iteration == 20
     resumed.run()
     assert [h["charts/reward_mean"] for h in resumed.history] == [h["charts/reward_mean"] for h in full.history]
-    for a, b in zip(resumed.policy.state_dict().values(), full.policy.state_dict().values()):
+    for a, b in zip(resumed.agent.policy.state_dict().values(), full.agent.policy.state_dict().values()):
         assert np.array_equal(a.numpy(), b.numpy())
 
 
@@ -82,7 +92,7 @@ def test_corrupt_checkpoint(tmp_path):
 
 def test_bad_inputs(tmp_path):
     with pytest.raises(TrinityError, match=r"12 placement units .* but the policy has 256 groups"):
-        Search(two_chains(), cluster(), SearchConfig(num_groups=256), tmp_path, progress=False)
+        Search(two_chains(), cluster(), SearchConfig(agent={"num_groups": 256}), tmp_path, progress=False)
     tiny = OpGraph([Op("x", "T", 1.0)], [])
     with pytest.raises(TrinityError, match="has 2 devices but graph 'graph' only 1 ops"):
         Search(tiny, cluster(), config("trinity", 1), tmp_path, progress=False)
@@ -167,7 +177,8 @@ def test_sigterm_mid_search_then_resume_matches_uninterrupted(tmp_path):
                             "default_link: {bandwidth_GBps: 1, latency_us: 10}\n")
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "trinity.cli", "search", str(graph_file), "--cluster", str(cluster_file),
-           "--groups", "4", "--iterations", "40", "--lr", "0.01", "--hidden", "32", "--checkpoint-every", "1000",
+           "--groups", "4", "--iterations", "40", "--lr", "0.01", "--option", "policy.lstm_hidden=32",
+           "--checkpoint-every", "1000",
            "--out", str(out), "--no-mlflow"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 120
@@ -181,8 +192,9 @@ def test_sigterm_mid_search_then_resume_matches_uninterrupted(tmp_path):
     assert subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0
 
     reference = Search(load_graph(graph_file), load_cluster(cluster_file),
-                       SearchConfig(iterations=40, num_groups=4, lr=0.01, checkpoint_every=1000,
-                                    policy=PolicyConfig(lstm_hidden=32)), tmp_path / "ref", progress=False)
+                       SearchConfig(iterations=40, checkpoint_every=1000,
+                                    agent={"num_groups": 4, "lr": 0.01, "policy": {"lstm_hidden": 32}}),
+                       tmp_path / "ref", progress=False)
     reference.run()
     resumed = torch.load(out / "checkpoint.pt", weights_only=False)["history"]
     assert [h["charts/reward_mean"] for h in resumed] == [h["charts/reward_mean"] for h in reference.history]
@@ -196,7 +208,7 @@ def test_warm_start_imitates_a_placer_and_starts_from_its_output(tmp_path):
     assert target[0] != target[6]  # m-ETF puts the chains on different devices
     s = Search(g, cluster(), config("trinity", 1, warm_start="m-etf", warm_start_steps=150), tmp_path,
                progress=False)
-    placements = s.policy.sample(16, s.generator).placements(s.units.unit_of_op)
+    placements = s.agent.sample(16, s.generator, None).placements
     assert (placements == target).all(axis=1).mean() >= 0.75
     assert s.warm_start_agreement >= 0.9
     # The placer's own strategy is the search's first candidate: a search never ends worse than its start.
@@ -212,28 +224,11 @@ def test_unit_logits_start_at_zero_and_can_reproduce_any_partition(tmp_path):
     plain = Search(g, cluster(), config("trinity", 1), tmp_path / "a", progress=False)
     free = Search(g, cluster(), config("trinity", 1, policy=PolicyConfig(**{**TINY.__dict__, "unit_logits": True})),
                   tmp_path / "b", progress=False)
-    free.policy.eval(), plain.policy.eval()
-    assert torch.equal(free.policy.partition_logits(), plain.policy.partition_logits())  # same seed, zero table
+    free.agent.policy.eval(), plain.agent.policy.eval()
+    assert torch.equal(free.agent.policy.partition_logits(), plain.agent.policy.partition_logits())  # zero table
     with torch.no_grad():  # a table entry alone decides a unit's group, whatever its features say
-        free.policy.unit_logits[3, 2] = 100.0
-    assert (free.policy.sample(8, free.generator).groups[:, 3] == 2).all()
-
-
-def test_overlapped_batches_come_from_the_policy_before_the_update(tmp_path):
-    import copy
-
-    import torch
-
-    s = Search(two_chains(), cluster(), config("trinity", 5), tmp_path, progress=False)
-    assert s.overlap and not Search(two_chains(), cluster(), config("hierarchical", 5), tmp_path / "h",
-                                    progress=False).overlap
-    before = copy.deepcopy(s.policy)
-    s.step()
-    ahead = s._take_next()
-    assert not all(torch.equal(a, b) for a, b in zip(before.parameters(), s.policy.parameters()))  # updated
-    with torch.no_grad():  # PPO's logp_old is the sampling (pre-update) policy's, so the ratio corrects the lag
-        logp, _ = before.log_prob(ahead.strategy)
-    assert torch.equal(logp, ahead.strategy.logp)
+        free.agent.policy.unit_logits[3, 2] = 100.0
+    assert (free.agent.policy.sample(8, free.generator).groups[:, 3] == 2).all()
 
 
 def test_ppo_ratio_is_exactly_one_before_the_update(tmp_path):
@@ -242,23 +237,25 @@ def test_ppo_ratio_is_exactly_one_before_the_update(tmp_path):
     import torch
 
     cfg = config("trinity", 5)
-    cfg.overlap_sampling = False
     s = Search(two_chains(), cluster(), cfg, tmp_path, progress=False)
-    batch = s._draw(s.policy, 0)
-    assert batch.noise == cfg.noise_max > 0 and s.cfg.policy.dropout > 0 and batch.strategy.dropout_seed is not None
-    s.policy.train()
-    logp, _ = s.policy.log_prob(batch.strategy)
-    assert torch.equal((logp - batch.strategy.logp).exp(), torch.ones_like(logp))
-    stats = s._update(batch.strategy, torch.zeros(cfg.batch))  # zero advantages: the policy does not move
+    samples = s.agent.sample(cfg.batch, s.generator, 0)
+    strategy = samples.data
+    assert strategy.noise == s.agent.options.noise_max > 0 and s.agent.options.policy.dropout > 0
+    assert strategy.dropout_seed is not None
+    s.agent.policy.train()
+    logp, _ = s.agent.policy.log_prob(strategy)
+    assert torch.equal((logp - strategy.logp).exp(), torch.ones_like(logp))
+    rewards = torch.full((cfg.batch,), 0.5)  # all equal: zero advantages, the policy does not move
+    stats = s.agent.update(samples, rewards, 0)
     assert stats["losses/approx_kl"] == 0.0 and stats["losses/clipfrac"] == 0.0
 
 
-@pytest.mark.parametrize("overlap", [True, False])
-def test_overlap_is_deterministic(tmp_path, overlap):
+@pytest.mark.parametrize("sim_threads", [1, 2])
+def test_same_seed_same_history_on_any_number_of_simulation_threads(tmp_path, sim_threads):
     import torch
 
     # Both made before either runs, and the global generator disturbed: each search has its own stream.
-    runs = [Search(two_chains(), cluster(), config("trinity", 12, overlap_sampling=overlap), tmp_path / str(i),
+    runs = [Search(two_chains(), cluster(), config("trinity", 12, sim_threads=sim_threads), tmp_path / str(i),
                    progress=False) for i in range(2)]
     for r in runs:
         torch.rand(7)
@@ -268,7 +265,7 @@ def test_overlap_is_deterministic(tmp_path, overlap):
 
 def test_warm_start_from_the_best_placer(tmp_path):
     from trinity.placers import place
-    from trinity.rl.search import WARM_START_PLACERS
+    from trinity.rl.warm_start import WARM_START_PLACERS
     from trinity.sim import Simulator
 
     g, c = two_chains(), cluster()
@@ -277,7 +274,7 @@ def test_warm_start_from_the_best_placer(tmp_path):
     first_best = next(name for name in WARM_START_PLACERS if times[name] == min(times.values()))
     s = Search(g, c, config("trinity", 1, warm_start="best", warm_start_steps=5, lr=None), tmp_path, progress=False)
     assert s.warm_start_placer == first_best and s.best.step_time_us == min(times.values()) == 600.0
-    assert s.cfg.lr == 1e-4 and s.cfg.policy.unit_logits  # fine-tuning defaults after a warm start
+    assert s.agent.options.lr == 1e-4 and s.agent.options.policy.unit_logits  # fine-tuning defaults after a warm start
     s.run()
     resumed = Search(g, c, config("trinity", 1, warm_start="best", warm_start_steps=5, lr=None), tmp_path, progress=False)
     assert resumed.warm_start_placer == first_best and resumed.warm_start_agreement == s.warm_start_agreement
@@ -297,23 +294,73 @@ def test_search_table_plot(tmp_path):
 
 def test_resuming_under_other_settings_is_refused_naming_them(tmp_path):
     g = two_chains()
-    cfg = dict(method="trinity", iterations=2, batch=2, num_groups=4, lr=0.01, embedding_dim=4, checkpoint_every=1,
-               policy=TINY)
+    agent = dict(num_groups=4, lr=0.01, embedding_dim=4, policy=asdict(TINY))
+    cfg = dict(method="trinity", iterations=2, batch=2, checkpoint_every=1, agent=agent)
     Search(g, cluster(), SearchConfig(**cfg), tmp_path, progress=False).run()
     # more iterations (or other threads, checkpoint cadence) resume
     assert Search(g, cluster(), SearchConfig(**{**cfg, "iterations": 3}), tmp_path, progress=False).iteration == 2
-    with pytest.raises(TrinityError, match=r"other settings \(lr: 0\.01 then, 0\.02 now\)") as err:
-        Search(g, cluster(), SearchConfig(**{**cfg, "lr": 0.02}), tmp_path, progress=False)
-    assert err.value.field == "lr"
-    bigger = PolicyConfig(**{**TINY.__dict__, "lstm_hidden": 16})
-    with pytest.raises(TrinityError, match="policy.lstm_hidden: 32 then, 16 now"):
-        Search(g, cluster(), SearchConfig(**{**cfg, "policy": bigger}), tmp_path, progress=False)
+    with pytest.raises(TrinityError, match=r"other settings \(agent.lr: 0\.01 then, 0\.02 now\)") as err:
+        Search(g, cluster(), SearchConfig(**{**cfg, "agent": {**agent, "lr": 0.02}}), tmp_path, progress=False)
+    assert err.value.field == "agent.lr"
+    bigger = {**agent, "policy": {**asdict(TINY), "lstm_hidden": 16}}
+    with pytest.raises(TrinityError, match="agent.policy.lstm_hidden: 32 then, 16 now"):
+        Search(g, cluster(), SearchConfig(**{**cfg, "agent": bigger}), tmp_path, progress=False)
     with pytest.raises(TrinityError, match="cluster: "):
         Search(g, cluster(memory_GB=2.0), SearchConfig(**cfg), tmp_path, progress=False)
 
 
 def test_the_default_group_count_never_exceeds_the_units(tmp_path):
-    cfg = config("hierarchical", 1)
-    cfg.num_groups = None
+    cfg = config("hierarchical", 1, agent={"num_groups": None})
     s = Search(two_chains(), cluster(), cfg, tmp_path, progress=False)
-    assert s.num_groups == s.cfg.hierarchical.num_groups == two_chains().arrays.n_groups < 40
+    assert s.num_groups == s.agent.options.policy.num_groups == two_chains().arrays.n_groups < 40
+
+
+@pytest.mark.parametrize("key", ["trinity-scratch", "trinity-m-etf", "hierarchical-scratch", "hierarchical-m-etf"])
+def test_the_agent_loop_reproduces_the_search_before_the_move(tmp_path, key):
+    """tests/data/search_before_refactor.json holds what the single-file search of commit 11d4fec found
+    (sequential sampling, seed 1) on a 60-op graph and 3 devices: the agents behind one loop find the same
+    best strategy, at the same iteration, with the same reward every iteration."""
+    import json
+    from pathlib import Path
+
+    from trinity.graph.synthetic import layered_dag
+
+    before = json.loads((Path(__file__).parent / "data" / "search_before_refactor.json").read_text())[key]
+    method, start = key.split("-", 1)
+    net = ({"lstm_hidden": 32, "device_embedding": 8, "group_projection": 16, "type_embedding": 8}
+           if method == "trinity" else {"hidden": 32, "type_embedding": 8, "grouper_hidden": 16})
+    agent = {"num_groups": 6, "lr": 0.01, "policy": net, **({"embedding_dim": 4} if method == "trinity" else {})}
+    cfg = SearchConfig(method=method, iterations=12, batch=8, checkpoint_every=1000, seed=1, warm_start_steps=20,
+                       warm_start=None if start == "scratch" else start, agent=agent, sim_threads=2)
+    s = Search(layered_dag(60, 90, seed=3), cluster(3), cfg, tmp_path, progress=False)
+    best = s.run()
+    assert best.placement.tolist() == before["placement"]
+    assert (best.reward, best.iteration) == (before["reward"], before["iteration"])
+    assert [h["charts/reward_mean"] for h in s.history] == before["reward_mean"]
+
+
+@pytest.mark.parametrize("settings, field", [
+    ({"iterations": 0}, "iterations"), ({"batch": -1}, "batch"), ({"method": "greedy"}, "method"),
+    ({"agent": {"lr": 0.0}}, "agent.lr"), ({"agent": {"lr": 5.0}}, "agent.lr"), ({"agent": {"clip": 1.5}}, "agent.clip"),
+    ({"agent": {"learning_rate": 1e-3}}, "agent.learning_rate"),
+    ({"agent": {"policy": {"lstm_units": 3}}}, "agent.policy.lstm_units"),
+    ({"method": "hierarchical", "agent": {"ppo_epochs": 2}}, "agent.ppo_epochs"),
+    ({"warm_start": "m-ect"}, "warm_start"),
+])
+def test_bad_search_settings_are_refused_naming_the_field(settings, field):
+    with pytest.raises(TrinityError) as err:
+        SearchConfig(**settings)
+    assert err.value.field == field, str(err.value)
+
+
+def test_cli_refuses_a_bad_option_in_one_line(tmp_path, capsys):
+    from trinity.cli import main
+    from trinity.graph import save_graph
+
+    graph_file = tmp_path / "chains.json"
+    save_graph(two_chains(), graph_file)
+    for extra, field in ((["--option", "clip=2"], "agent.clip"), (["--option", "nope=1"], "agent.nope"),
+                         (["--method", "sa"], "method")):
+        assert main(["search", str(graph_file), "--cluster", "cpu2", "--no-mlflow", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and field in err, err

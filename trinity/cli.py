@@ -134,6 +134,18 @@ def _options(pairs: list[str] | None, flag: str = "--option") -> dict:
     return options
 
 
+def _nested(options: dict) -> dict:
+    """``{"policy.hidden": 32}`` to ``{"policy": {"hidden": 32}}``."""
+    out: dict = {}
+    for key, value in options.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
 def _speedups(pairs: list[str] | None) -> dict[str, float]:
     """``KIND=X`` pairs: X must be a finite number > 0."""
     speedups = {}
@@ -197,17 +209,12 @@ def cmd_search(args) -> None:
     from trinity.rl.search import SearchConfig, checkpoint_run_id
     from trinity.track import MLflowTracker, NullTracker, end_status
 
+    agent = _nested(_options(args.option))  # the method's own settings, checked by its Options dataclass
+    agent.update({k: v for k, v in (("num_groups", args.groups), ("lr", args.lr)) if v is not None})
+    cfg = SearchConfig(method=args.method, iterations=args.iterations, batch=args.batch, seed=args.seed,
+                       warm_start=args.warm_start, threads=args.threads, sim_threads=args.sim_threads,
+                       warm_start_steps=args.warm_start_steps, checkpoint_every=args.checkpoint_every, agent=agent)
     g, cluster = _graph(args.graph), load_cluster(args.cluster)
-    from trinity.rl.hierarchical import HierarchicalConfig
-    from trinity.rl.policy import PolicyConfig
-
-    networks = {"policy": PolicyConfig(**({"lstm_hidden": args.hidden} if args.hidden else {})),
-                "hierarchical": HierarchicalConfig(**({"hidden": args.hidden} if args.hidden else {}))}
-    cfg = SearchConfig(method=args.method, iterations=args.iterations, batch=args.batch, num_groups=args.groups,
-                       lr=args.lr, seed=args.seed, warm_start=args.warm_start, threads=args.threads,
-                       warm_start_steps=args.warm_start_steps,
-                       checkpoint_every=args.checkpoint_every, ppo_epochs=args.ppo_epochs,
-                       **networks)
     out = Path(args.out or f"runs/{g.name}-{cluster.name}-{args.method}-s{args.seed}")
     tracker = NullTracker()
     if not args.no_mlflow:
@@ -355,7 +362,6 @@ def cmd_validate(args) -> None:
 # before any work is done: a typo, not a request.
 MAX_EXPORT_BATCH = 8192  # the model is traced on a real batch
 MAX_SEARCH_BATCH = 4096  # [batch, units] samples and one simulation each, per iteration
-MAX_HIDDEN = 4096  # LSTM weights grow with the square of this
 MAX_THREADS = 1024
 MAX_WORKERS = 256  # each local worker is a TensorFlow process
 
@@ -428,18 +434,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: p100 and v100)")
     p.set_defaults(fn=cmd_profile)
 
-    p = sub.add_parser("search", help="search a placement with Trinity (PPO) or Hierarchical (REINFORCE)")
+    p = sub.add_parser("search", help="search a placement with a learned method (trinity: PPO, hierarchical: "
+                                      "REINFORCE)")
     p.add_argument("graph")
     p.add_argument("--cluster", default="p100x4")
-    p.add_argument("--method", default="trinity", choices=["trinity", "hierarchical"])
+    p.add_argument("--method", default="trinity", help="a search method (trinity, hierarchical)")
     p.add_argument("--iterations", type=_int_in(1), default=1000)
     p.add_argument("--batch", type=_int_in(1, MAX_SEARCH_BATCH), default=8, help="strategies sampled per iteration")
     p.add_argument("--groups", type=_int_in(1), help="k (default 256; hierarchical: min(256, 20 x devices))")
     p.add_argument("--lr", type=_positive_float, help="Adam's rate (default 1e-3; 1e-4 after --warm-start)")
-    p.add_argument("--hidden", type=_int_in(1, MAX_HIDDEN),
-                   help="LSTM units of the schedule network (trinity: default 128, paper 256) or of "
-                        "Hierarchical's Placer (default 256, published 512)")
-    p.add_argument("--ppo-epochs", type=_int_in(1), default=2)
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a setting of the method (its agent options: e.g. ppo_epochs=4, entropy_coef=0.01, "
+                        "policy.lstm_hidden=64 for trinity, policy.hidden=128 for hierarchical; repeatable)")
+    p.add_argument("--sim-threads", type=_int_in(1, MAX_THREADS), help="threads simulating a batch (default: cores)")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--threads", type=_int_in(1, MAX_THREADS), default=1)
     p.add_argument("--warm-start", help="first imitate this placer's output (e.g. m-etf), or 'best': the best "

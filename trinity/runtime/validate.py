@@ -63,7 +63,7 @@ def _search_samples(graph, cluster, n, iterations, warm_start, seed, progress) -
     from trinity.rl.search import Search, SearchConfig
 
     cfg = SearchConfig(method="trinity", iterations=iterations, seed=seed, warm_start=warm_start, threads=1,
-                       num_groups=min(256, graph.arrays.n_groups))
+                       agent={"num_groups": min(256, graph.arrays.n_groups)})
     with tempfile.TemporaryDirectory() as tmp:
         search = Search(graph, cluster, cfg, tmp, progress=False)
         every = iterations // n

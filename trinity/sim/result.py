@@ -47,6 +47,12 @@ class SimResult:
         return not bool(self.out_of_memory.any())
 
     @property
+    def busiest_share(self) -> float:
+        """Share of all compute time on the busiest device (1.0: everything on one device)."""
+        total = float(self.busy_us.sum())
+        return float(self.busy_us.max()) / total if total > 0 else 1.0
+
+    @property
     def ratio_to_lower_bound(self) -> float:
         return self.step_time_us / self.lower_bound_us if self.lower_bound_us > 0 else float("nan")
 

@@ -42,7 +42,7 @@ class Job:
 
 
 def compose(overrides: list[str] = (), config_dir: str | Path = CONF_DIR) -> DictConfig:
-    """conf/ composed with Hydra overrides (``experiment=smoke``, ``methods.trinity.search.lr=1e-3``)."""
+    """conf/ composed with Hydra overrides (``experiment=smoke``, ``methods.trinity.search.agent.lr=1e-3``)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -158,6 +158,8 @@ def typed(schema: type, *nodes: Any, where: str):
         key = getattr(exc, "full_key", None)
         msg = str(exc).splitlines()[0]
         raise TrinityError(msg, field=f"{where}.{key}" if key else where) from None
+    except TrinityError as exc:  # the dataclass's own checks, naming their field
+        raise TrinityError(exc.message, field=f"{where}.{exc.field}" if exc.field else where) from None
     except (ValueError, TypeError) as exc:  # the dataclass's own checks (__post_init__)
         raise TrinityError(str(exc), field=where) from None
 
@@ -175,7 +177,6 @@ def search_config(cfg: DictConfig, method: str, seed: int) -> SearchConfig:
     sc = typed(SearchConfig, search, {"seed": seed}, where=f"methods.{method}.search")
     # frozen dataclass: OmegaConf cannot merge into it
     sc.reward = typed(MDPEConfig, cfg.reward, own_reward, where=f"methods.{method}.search.reward")
-    sc.policy.partition_hidden = tuple(sc.policy.partition_hidden)
     return sc
 
 

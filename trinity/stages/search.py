@@ -128,8 +128,9 @@ def _search(cfg, graph, cluster, job, out: Path, tracker) -> dict:
     plot_search_curve(history, out / "search_curve.png", title=f"{sc.method} on {graph.name}, {cluster.name}")
     res = search.simulator.simulate(best.placement, check=False)
     metrics = _row(res, search.simulator, fits=res.fits, seconds=search.seconds)
+    search.close()
     metrics.update(iterations=search.iteration, best_iteration=best.iteration, reward=best.reward,
-                   simulations=search.iteration * sc.batch,
+                   simulations=search.iteration * sc.batch, simulation_seconds=search.sim_seconds,
                    seconds_per_1000_iterations=1000 * search.seconds / max(search.iteration, 1),
                    warm_start=search.warm_start_placer, warm_start_agreement=search.warm_start_agreement)
     return metrics
@@ -140,7 +141,7 @@ def _anneal(cfg, graph, cluster, method, job, out: Path) -> dict:
     from trinity.placers import best_by_reward, place
     from trinity.placers.annealing import anneal
     from trinity.reward import mdpe_reward
-    from trinity.rl.search import WARM_START_PLACERS
+    from trinity.rl.warm_start import WARM_START_PLACERS
 
     opts = dict(OmegaConf.to_container(method.options))
     start = opts.pop("start", "best")
@@ -168,7 +169,7 @@ def _row(res, sim, *, fits: bool, seconds: float) -> dict:
     return {"step_time_ms": res.step_time_us / 1e3, "peak_comm_MB": res.peak_comm_bytes / 1e6,
             "peak_memory_GB": res.max_memory_bytes / 1e9, "fits": bool(fits), "search_seconds": seconds,
             "iterations": 0, "best_iteration": -1, "seconds_per_1000_iterations": None,
-            "lower_bound_ms": sim.lower_bound_us / 1e3}
+            "lower_bound_ms": sim.lower_bound_us / 1e3, "busiest_share": res.busiest_share}
 
 
 def _file_digest(path: Path) -> str:

@@ -1,0 +1,173 @@
+"""The interface every search method implements, and the registry the search loop finds it in.
+
+A search method is an `Agent`: it samples a batch of placements, learns from their rewards, and
+hands its state to the checkpoint. The loop (`trinity/rl/search.py`) knows nothing else about it,
+and never its name. Adding a method is one module that subclasses `Agent` under
+``@register("name")`` (with its settings as a dataclass, ``Options``) and one file in
+``conf/method/``; the loop, the warm start, checkpoints, tracking and the CLI need no change.
+
+Settings a method reads live in the ``agent:`` block of its search config and are typed by its
+``Options`` dataclass: an unknown key or a value out of range is one line naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from trinity.errors import TrinityError
+from trinity.reward import MDPEConfig
+from trinity.sim.result import SimResult
+
+AGENTS: dict[str, type["Agent"]] = {}
+
+
+@dataclass
+class Samples:
+    """One iteration's sampled strategies: where each puts every op, and what the update needs."""
+
+    placements: np.ndarray  # int64[B, N]
+    data: Any = None  # the agent's own record of the draw (e.g. a two-level Strategy with its log-probabilities)
+
+
+@dataclass
+class AgentContext:
+    """What every agent is built from (each uses what it needs)."""
+
+    seed: int
+    reward: MDPEConfig
+    warm_start: bool  #: the agent is about to imitate a placer (fine-tuning defaults apply)
+    features: Any = None  #: trinity.features.OpFeatures from the pipeline's embed stage, if given
+    feature_cache: Any = None  #: a folder for features computed here
+
+
+class Agent(ABC):
+    """A search method. Subclasses set ``Options`` (a dataclass) and implement the abstract methods."""
+
+    Options: ClassVar[type]
+    name: ClassVar[str]
+
+    #: the resolved settings (defaults that depend on the graph or the warm start filled in)
+    options: Any
+    #: placement units (colocation groups) per op, and the number of groups the policy partitions them into
+    unit_of_op: np.ndarray
+    num_groups: int
+
+    @abstractmethod
+    def reward(self, result: SimResult) -> float:
+        """The scalar this method maximises for one simulated strategy."""
+
+    @abstractmethod
+    def sample(self, batch: int, generator: torch.Generator, iteration: int | None) -> Samples:
+        """``batch`` strategies from the current policy; ``iteration`` None = without exploration noise."""
+
+    @abstractmethod
+    def update(self, samples: Samples, rewards: torch.Tensor, iteration: int) -> dict[str, float]:
+        """Learn from the batch's rewards; returns metrics (``losses/...``, ``charts/...``)."""
+
+    @abstractmethod
+    def imitation_loss(self, unit_device: np.ndarray) -> torch.Tensor:
+        """Negative log-likelihood of placing each unit on ``unit_device`` (the warm start minimises it)."""
+
+    @abstractmethod
+    def parameters(self):
+        """The trainable tensors (the warm start's optimizer steps them)."""
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """Everything the agent needs to continue exactly (networks, optimizer, baseline, random state)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict) -> None: ...
+
+    def imitation_done(self) -> None:
+        """Called after a warm start's last step (an agent may reset what imitation disturbed)."""
+
+
+def register(name: str):
+    """Class decorator: make an `Agent` subclass available as search method ``name``."""
+
+    def add(cls: type[Agent]) -> type[Agent]:
+        cls.name = name
+        AGENTS[name] = cls
+        return cls
+
+    return add
+
+
+def methods() -> tuple[str, ...]:
+    _load_builtin()
+    return tuple(sorted(AGENTS))
+
+
+def agent_class(method: str) -> type[Agent]:
+    _load_builtin()
+    if method not in AGENTS:
+        raise TrinityError(f"unknown method {method!r}; choose one of {', '.join(sorted(AGENTS))}", field="method")
+    return AGENTS[method]
+
+
+def agent_options(method: str, options: dict | Any) -> Any:
+    """``options`` (a dict, or already the method's ``Options``) typed by the method's ``Options``;
+    an unknown key or a bad value is a `TrinityError` naming ``agent.<key>``."""
+    cls = agent_class(method).Options
+    if isinstance(options, cls):
+        return options
+    return typed_options(cls, dict(options or {}), f"agent")
+
+
+def typed_options(cls: type, values: dict, where: str):
+    """Build dataclass ``cls`` from ``values``, nested dataclasses included, naming a bad key's path."""
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise TrinityError(f"unknown option {unknown[0]!r} of {cls.__module__}.{cls.__name__}; known: "
+                           f"{', '.join(sorted(known))}", field=f"{where}.{unknown[0]}")
+    kwargs = {}
+    for key, value in values.items():
+        default = known[key].default_factory() if known[key].default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(default) and isinstance(value, dict):
+            value = typed_options(type(default), value, f"{where}.{key}")
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except TrinityError as exc:
+        raise TrinityError(exc.message, field=f"{where}.{exc.field}" if exc.field else where) from None
+    except (ValueError, TypeError) as exc:
+        raise TrinityError(str(exc), field=where) from None
+
+
+def check_range(owner: str, name: str, value, low=None, high=None, *, low_open=False, allow_none=False) -> None:
+    """A setting in [low, high] (or (low, high] with ``low_open``); a `TrinityError` naming it otherwise."""
+    if value is None and allow_none:
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value <= high
+    if not ok:
+        lo = "" if low is None else f"{'>' if low_open else '>='} {low}"
+        hi = "" if high is None else f"<= {high}"
+        raise TrinityError(f"must be a number {' and '.join(x for x in (lo, hi) if x)}, got {value!r}", field=name)
+
+
+@contextmanager
+def own_rng(agent):
+    """Run with ``agent.torch_rng``, the agent's own state of torch's global generator, leaving the
+    caller's as it was (other code, or another search, cannot shift the agent's stream)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.set_rng_state(agent.torch_rng)
+        yield
+        agent.torch_rng = torch.get_rng_state()
+
+
+def _load_builtin() -> None:
+    """Import the methods shipped with trinity (each registers itself)."""
+    from trinity.rl import ppo, reinforce  # noqa: F401

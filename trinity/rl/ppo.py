@@ -1,0 +1,154 @@
+"""Trinity (Zeng et al. 2022): PPO over the two-level placement policy, MDPE reward.
+
+Read top to bottom, as CleanRL's ppo.py:
+
+* the policy (`trinity/rl/policy.py`) partitions units (colocation groups) into k groups and
+  schedules groups on devices; one batch of strategies is sampled per iteration, with logit noise
+  U(-noise, noise) that decays linearly to zero over ``noise_steps`` iterations;
+* each strategy's reward is MDPE (`trinity/reward.py`); advantages are R - b, b an exponential
+  moving average of the batch means (``baseline_decay``);
+* the update runs ``ppo_epochs`` epochs of PPO's clipped objective in which every decision of a
+  strategy (each unit's group, each group's device) is an action sharing its strategy's advantage,
+  minus ``entropy_coef`` times the mean per-decision entropy; Adam, gradient-norm clip.
+
+PPO's old log-probabilities are those of the distribution that sampled (its dropout mask and
+noise), computed exactly as the update computes the new ones, so the ratio before the first step
+is exactly 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from trinity.cluster import Cluster
+from trinity.features import op_features
+from trinity.graph.ir import OpGraph
+from trinity.reward import mdpe_reward
+from trinity.rl.agent import Agent, AgentContext, Samples, check_range, own_rng, register
+from trinity.rl.algorithms import EMABaseline, ppo_loss
+from trinity.rl.policy import PlacementPolicy, PolicyConfig, UnitGraph
+from trinity.rl.warm_start import two_level_imitation_loss
+
+
+@dataclass
+class TrinityOptions:
+    """Trinity's settings (the ``agent:`` block of conf/method/trinity*.yaml)."""
+
+    #: k; None = 256, at least one per device and at most one per placement unit
+    num_groups: int | None = None
+    #: Adam; None = 1e-3 (the paper's 0.1 collapses the policy, see README), or ``fine_tune_lr`` after a warm start
+    lr: float | None = None
+    fine_tune_lr: float = 1e-4  #: a larger rate walks a warm-started policy away from its placer within tens of iterations
+    ppo_epochs: int = 2
+    clip: float = 0.2
+    entropy_coef: float = 0.0
+    baseline_decay: float = 0.9
+    noise_max: float = 0.1  #: logit noise at iteration 0, decaying linearly ...
+    noise_steps: int = 500  #: ... to zero here
+    grad_clip: float = 1.0
+    embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def __post_init__(self):
+        if isinstance(self.policy, dict):
+            self.policy = PolicyConfig(**self.policy)
+        self.policy.partition_hidden = tuple(self.policy.partition_hidden)
+        check_range("trinity", "num_groups", self.num_groups, 1, allow_none=True)
+        check_range("trinity", "lr", self.lr, 0, 1.0, low_open=True, allow_none=True)
+        check_range("trinity", "fine_tune_lr", self.fine_tune_lr, 0, 1.0, low_open=True)
+        check_range("trinity", "ppo_epochs", self.ppo_epochs, 1, 100)
+        check_range("trinity", "clip", self.clip, 0, 1.0, low_open=True)
+        check_range("trinity", "entropy_coef", self.entropy_coef, 0, 10.0)
+        check_range("trinity", "baseline_decay", self.baseline_decay, 0, 1.0)
+        check_range("trinity", "noise_max", self.noise_max, 0, 10.0)
+        check_range("trinity", "noise_steps", self.noise_steps, 0)
+        check_range("trinity", "grad_clip", self.grad_clip, 0, low_open=True)
+        check_range("trinity", "embedding_dim", self.embedding_dim, 1, 1024)
+        check_range("trinity", "policy.lstm_hidden", self.policy.lstm_hidden, 1, 4096)
+
+
+@register("trinity")
+class TrinityAgent(Agent):
+    Options = TrinityOptions
+
+    def __init__(self, graph: OpGraph, cluster: Cluster, options: TrinityOptions, ctx: AgentContext):
+        self.ctx = ctx
+        units = graph.arrays.n_groups
+        k = options.num_groups or min(max(256, cluster.n_devices), units)
+        # per-unit logits by default only when warm-starting: they let the imitation be exact
+        unit_logits = ctx.warm_start if options.policy.unit_logits is None else options.policy.unit_logits
+        policy_cfg = PolicyConfig(**{**asdict(options.policy), "num_groups": k, "unit_logits": unit_logits})
+        lr = options.lr if options.lr is not None else options.fine_tune_lr if ctx.warm_start else 1e-3
+        self.options = TrinityOptions(**{**asdict(options), "num_groups": k, "lr": lr, "policy": policy_cfg})
+        self.num_groups = k
+        # features from the pipeline's embed stage, or computed here (cached in ``feature_cache``)
+        feats = ctx.features or op_features(graph, embedding_dim=options.embedding_dim, seed=ctx.seed,
+                                            cache_dir=ctx.feature_cache)
+        self.units = UnitGraph(graph, feats)
+        self.unit_of_op = self.units.unit_of_op
+        # Initialisation and dropout draw from torch's global generator; the agent keeps its own state
+        # of it (see own_rng), so other code, or another search, cannot shift its stream.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(ctx.seed)
+            self.policy = PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, policy_cfg)
+            self.torch_rng = torch.get_rng_state()
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=lr, foreach=True)
+        self.baseline = EMABaseline(options.baseline_decay)
+
+    def reward(self, result) -> float:
+        return mdpe_reward(result, self.ctx.reward)
+
+    def noise(self, iteration: int | None) -> float:
+        o = self.options
+        if iteration is None or not o.noise_steps:
+            return 0.0
+        return o.noise_max * max(0.0, 1.0 - iteration / o.noise_steps)
+
+    def sample(self, batch: int, generator: torch.Generator, iteration: int | None) -> Samples:
+        noise = self.noise(iteration)
+        strategy = self.policy.sample(batch, generator, noise)
+        if iteration is not None:
+            with torch.no_grad():  # PPO's old log-probabilities, computed exactly as the update computes the new ones
+                strategy.logp = self.policy.log_prob(strategy)[0]
+        return Samples(strategy.placements(self.unit_of_op), strategy)
+
+    def update(self, samples: Samples, rewards: torch.Tensor, iteration: int) -> dict[str, float]:
+        o, strategy = self.options, samples.data
+        advantages = self.baseline.advantages(rewards)
+        logp_old = strategy.logp  # of the distribution sampled: its dropout mask and noise (see Strategy)
+        self.policy.train()
+        for _ in range(o.ppo_epochs):
+            logp, entropy = self.policy.log_prob(strategy)
+            # every decision is an action sharing its strategy's advantage
+            loss, stats = ppo_loss(logp, logp_old, advantages[:, None].expand_as(logp), o.clip)
+            total = loss - o.entropy_coef * entropy
+            self.optimizer.zero_grad()
+            total.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), o.grad_clip)
+            self.optimizer.step()
+        return {"losses/policy_loss": float(loss.detach()), "losses/entropy": float(entropy.detach()),
+                "losses/grad_norm": float(grad_norm), **{f"losses/{k}": v for k, v in stats.items()},
+                "charts/lr": self.optimizer.param_groups[0]["lr"], "charts/baseline": float(self.baseline.value),
+                "charts/noise": strategy.noise}
+
+    def imitation_loss(self, unit_device: np.ndarray) -> torch.Tensor:
+        with own_rng(self):  # the dropout mask's seed
+            dropout_seed = int(torch.randint(0, 2 ** 62, (1,)))
+        return two_level_imitation_loss(self.policy, unit_device, dropout_seed)
+
+    def parameters(self):
+        return self.policy.parameters()
+
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "baseline": self.baseline.value, "torch_rng": self.torch_rng}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.baseline.value = state["baseline"]
+        self.torch_rng = state["torch_rng"]
+
