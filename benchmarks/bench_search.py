@@ -1,19 +1,23 @@
-"""Search throughput: `make bench` (after bench_sim.py).
+"""Search speed: `make bench` (ratios measured in the same run; this machine is shared and noisy).
 
-Times Trinity's and Hierarchical's search loops on the GNMT reference graph
-(and on any other graph files given, such as an exported and profiled
-InceptionV3) with 4 devices of the P100 preset, one torch thread per
-Python thread. Throughput is timed over iterations after two warm-up ones,
-for Trinity with and without overlapped sampling (the ratio is measured in
-the same run). Then a whole 1,000-iteration Trinity search on InceptionV3
-(checkpoints included) is timed from start to finish against the 300 s
-target (``--full-run 0`` skips it).
+Prints, on a 3k-op training graph (trinity.graph.synthetic.training_graph, seed 1), the GNMT
+reference graph and any graph files given, each on 4 P100s:
+
+1. Trinity's time per iteration against Hierarchical's (batch 8), measured interleaved (A, B, A,
+   B, ... rounds of iterations; medians), and Trinity's seconds per 1,000 iterations;
+2. simulations per second inside a Trinity search (batch 8 and 64) against the simulator's own
+   rate on the same placements (one thread, one call after another), and the share of the search's
+   wall time spent simulating;
+3. time to quality: each method's wall time to reach m-ETF's step time within a wall budget (or
+   its best after the budget, said so): Trinity and Hierarchical from scratch, calibrated annealing
+   from one device and from m-ETF.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 import warnings
@@ -23,62 +27,141 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 warnings.filterwarnings("ignore")
 
 from trinity.cluster import load_cluster  # noqa: E402
+from trinity.errors import PlacementError  # noqa: E402
 from trinity.graph import load_graph  # noqa: E402
+from trinity.graph.synthetic import training_graph  # noqa: E402
+from trinity.placers import place  # noqa: E402
+from trinity.placers.annealing import anneal  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
 
-TARGET_S_PER_1000 = 300.0
+BAR_S_PER_1000 = 120.0  # Trinity at batch 8 on a 2-4k-op graph, 4 devices, these 2 cores
 
 
-def bench(graph, cluster, method: str, iterations: int, overlap: bool = True) -> dict:
+def _search(graph, cluster, method: str, batch: int, tmp: str, **loop) -> Search:
+    cfg = SearchConfig(method=method, iterations=10**6, batch=batch, checkpoint_every=10**9, **loop)
+    return Search(graph, cluster, cfg, Path(tmp) / f"{method}-{batch}", progress=False)
+
+
+def _iterations(search: Search, n: int) -> float:
+    """Seconds per iteration over ``n`` iterations."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        search.step()
+        search.iteration += 1
+    return (time.perf_counter() - t0) / n
+
+
+def per_iteration(graph, cluster, rounds: int, per_round: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = SearchConfig(method=method, iterations=iterations + 2, threads=1, checkpoint_every=10**9,
-                           overlap_sampling=overlap)
-        search = Search(graph, cluster, cfg, tmp, progress=False)
-        for _ in range(2):  # compile and warm caches
-            search.step()
-            search.iteration += 1
+        runs = {m: _search(graph, cluster, m, 8, tmp) for m in ("trinity", "hierarchical")}
+        for s in runs.values():
+            _iterations(s, 2)  # compile, warm caches
+        times = {m: [] for m in runs}
+        for _ in range(rounds):  # interleaved: both see the same machine
+            for m, s in runs.items():
+                times[m].append(_iterations(s, per_round))
+    med = {m: statistics.median(t) for m, t in times.items()}
+    return {"trinity_s": med["trinity"], "hierarchical_s": med["hierarchical"],
+            "ratio": med["trinity"] / med["hierarchical"], "groups": runs["trinity"].num_groups,
+            "h_groups": runs["hierarchical"].num_groups}
+
+
+def simulator_share(graph, cluster, batch: int, iterations: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        s = _search(graph, cluster, "trinity", batch, tmp)
+        _iterations(s, 2)
+        s.sim_seconds, wall = 0.0, 0.0
         t0 = time.perf_counter()
-        for _ in range(iterations):
-            search.step()
-            search.iteration += 1
-        seconds = (time.perf_counter() - t0) / iterations
-    return {"s_per_it": seconds, "it_per_s": 1 / seconds, "sims_per_s": search.cfg.batch / seconds,
-            "s_per_1000": 1000 * seconds, "groups": search.cfg.policy.num_groups}
+        _iterations(s, iterations)
+        wall = time.perf_counter() - t0
+        placements = s.last_placements
+        t1 = time.perf_counter()
+        for p in placements:  # the simulator alone, one thread, on the last batch's placements
+            s.simulator.simulate(p, check=False)
+        alone = len(placements) / (time.perf_counter() - t1)
+        s.close()
+    inside = batch * iterations / wall
+    return {"inside": inside, "alone": alone, "share": s.sim_seconds / wall}
+
+
+def time_to_quality(graph, cluster, budget_s: float) -> list[dict]:
+    from trinity.sim import Simulator
+
+    sim = Simulator(graph, cluster)
+    target = sim.simulate(place("m-etf", graph, cluster).placement).step_time_us
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for method in ("trinity", "hierarchical"):
+            s = _search(graph, cluster, method, 8, tmp)
+            t0, reached = time.perf_counter(), None
+            while time.perf_counter() - t0 < budget_s:
+                s.step()
+                s.iteration += 1
+                if reached is None and s.best.step_time_us <= target:
+                    reached = time.perf_counter() - t0
+                    break
+            rows.append({"method": f"{method} (from scratch)", "reached_s": reached,
+                         "best_ratio": s.best.step_time_us / target, "iterations": s.iteration})
+            s.close()
+    rate = 1.0 / max(_sim_seconds(sim, graph, cluster), 1e-6)
+    for start in ("single", "m-etf"):
+        try:
+            initial = place(start, graph, cluster).placement
+        except PlacementError:
+            initial = place("round-robin", graph, cluster).placement
+        r = anneal(graph, cluster, initial, budget=max(200, int(budget_s * rate)), seed=0, simulator=sim)
+        hit = [sec for _, sec, step, _ in r.curve if step <= target]
+        rows.append({"method": f"annealing (from {start})", "reached_s": hit[0] if hit else None,
+                     "best_ratio": r.step_time_us / target, "iterations": r.calls})
+    return rows
+
+
+def _sim_seconds(sim, graph, cluster) -> float:
+    p = place("round-robin", graph, cluster).placement
+    sim.simulate(p, check=False)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        sim.simulate(p, check=False)
+    return (time.perf_counter() - t0) / 20
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("graphs", nargs="*", help="graph files (default: the GNMT reference graph)")
+    parser.add_argument("graphs", nargs="*", help="more graph files")
     parser.add_argument("--reference-graph", default="../shared/reference/gnmt-baechi/gnmt_forward.json.gz")
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--full-run", type=int, default=1000, help="iterations of the timed whole search")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--per-round", type=int, default=5)
+    parser.add_argument("--quality-seconds", type=float, default=60.0, help="wall budget per method (figure 3)")
     args = parser.parse_args()
-    paths = [p for p in [args.reference_graph, *args.graphs] if Path(p).exists()]
     cluster = load_cluster("p100x4")
-    print(f"\nsearch throughput on {cluster.name}, 1 thread, batch 8 strategies per iteration")
-    print(f"{'graph':<22}{'ops':>7}{'method':>14}{'k':>5}{'it/s':>7}{'sims/s':>8}{'s per 1000 it':>15}")
-    for path in paths:
-        graph = load_graph(path)
-        sequential = bench(graph, cluster, "trinity", args.iterations, overlap=False)
-        for method in ("trinity", "hierarchical"):
-            r = bench(graph, cluster, method, args.iterations)
-            print(f"{graph.name[:21]:<22}{graph.n_ops:>7}{method:>14}{r['groups']:>5}{r['it_per_s']:>7.2f}"
-                  f"{r['sims_per_s']:>8.1f}{r['s_per_1000']:>15.0f}")
-            if method == "trinity":
-                print(f"{'':<22}{'':>7}{'(sequential)':>14}{'':>5}{sequential['it_per_s']:>7.2f}"
-                      f"{sequential['sims_per_s']:>8.1f}{sequential['s_per_1000']:>15.0f}"
-                      f"   overlap: {sequential['s_per_it'] / r['s_per_it']:.2f}x faster")
-    inception = [p for p in paths if "inception_v3" in Path(p).name]
-    if args.full_run and inception:
-        graph = load_graph(inception[0])
-        with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.perf_counter()
-            Search(graph, cluster, SearchConfig(iterations=args.full_run, threads=1), tmp, progress=False).run()
-            seconds = time.perf_counter() - t0
-        print(f"whole Trinity search, {graph.name} on {cluster.name}, {args.full_run} iterations "
-              f"(features, checkpoints every 50): {seconds:.0f} s")
-    print(f"target: <= {TARGET_S_PER_1000:.0f} s per 1000 iterations on InceptionV3, 4 devices "
-          f"(the paper: 700-20,000 s on its GPUs)")
+    graphs = [training_graph(3000, seed=1)]
+    graphs += [load_graph(p) for p in [args.reference_graph, *args.graphs] if Path(p).exists()]
+
+    print(f"\n1. time per iteration, batch 8, {cluster.name}, interleaved ({args.rounds} rounds of "
+          f"{args.per_round} iterations, medians)")
+    print(f"{'graph':<24}{'ops':>7}{'k (T/H)':>10}{'Trinity s/it':>14}{'Hier. s/it':>12}{'ratio':>8}"
+          f"{'Trinity s/1000 it':>19}")
+    for g in graphs:
+        r = per_iteration(g, cluster, args.rounds, args.per_round)
+        print(f"{g.name[:23]:<24}{g.n_ops:>7}{f'{r['groups']}/{r['h_groups']}':>10}{r['trinity_s']:>14.3f}"
+              f"{r['hierarchical_s']:>12.3f}{r['ratio']:>7.2f}x{1000 * r['trinity_s']:>19.0f}")
+    print(f"bar: ratio <= 1.0x (goal 0.6x); Trinity <= {BAR_S_PER_1000:.0f} s per 1,000 iterations on the "
+          f"2-4k-op graph")
+
+    print("\n2. simulations inside a Trinity search against the simulator alone (one thread)")
+    print(f"{'graph':<24}{'batch':>6}{'sims/s inside':>15}{'sims/s alone':>14}{'ratio':>8}{'wall in simulator':>19}")
+    for g in graphs[:2]:
+        for batch in (8, 64):
+            r = simulator_share(g, cluster, batch, 5)
+            print(f"{g.name[:23]:<24}{batch:>6}{r['inside']:>15.0f}{r['alone']:>14.0f}"
+                  f"{r['inside'] / r['alone']:>7.2f}x{r['share']:>18.0%}")
+
+    print(f"\n3. wall time to reach m-ETF's step time ({args.quality_seconds:.0f} s budget per method, {cluster.name})")
+    print(f"{'graph':<24}{'method':<28}{'reached m-ETF':>15}{'best / m-ETF':>14}{'iterations or calls':>21}")
+    for g in graphs[:2]:
+        for r in time_to_quality(g, cluster, args.quality_seconds):
+            reached = f"{r['reached_s']:.1f} s" if r["reached_s"] is not None else "not in budget"
+            print(f"{g.name[:23]:<24}{r['method']:<28}{reached:>15}{r['best_ratio']:>14.3f}{r['iterations']:>21}")
 
 
 if __name__ == "__main__":

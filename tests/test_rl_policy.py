@@ -17,12 +17,12 @@ def small_graph():
     return OpGraph(ops, [Edge(f"o{i}", f"o{i + 1}", 0) for i in range(9)])
 
 
-def make_policy(k=4, devices=3):
+def make_policy(k=4, devices=3, **settings):
     g = small_graph()
     feats = op_features(g, embedding_dim=4)
     ug = UnitGraph(g, feats)
     torch.manual_seed(0)
-    cfg = PolicyConfig(num_groups=k, lstm_hidden=16, device_embedding=8, group_projection=8)
+    cfg = PolicyConfig(num_groups=k, lstm_hidden=16, device_embedding=8, group_projection=8, **settings)
     return g, ug, PlacementPolicy(ug, devices, feats.vocabulary_size, cfg)
 
 
@@ -33,10 +33,12 @@ def test_units_merge_colocation_groups():
     assert abs(float(ug.compute_share.sum()) - 1.0) < 1e-6
 
 
+@pytest.mark.parametrize("decoder", ["sequential", "parallel"])
 @pytest.mark.parametrize("noise", [0.0, 0.5])
-def test_sampled_logp_matches_parallel_scoring(noise):
-    """The compiled decoder and the batched scorer agree on the distribution sampled, noise and dropout included."""
-    _, _, policy = make_policy()
+def test_sampled_logp_matches_parallel_scoring(noise, decoder):
+    """Sampling (the compiled decoder, or the one pass) and the batched scorer agree on the distribution
+    sampled, noise and dropout included."""
+    _, _, policy = make_policy(decoder=decoder)
     policy.train()
     strategy = policy.sample(5, torch.Generator().manual_seed(1), noise=noise)
     assert strategy.dropout_seed is not None
@@ -51,8 +53,9 @@ def test_sampled_logp_matches_parallel_scoring(noise):
     assert torch.allclose(logp, no_noise, atol=1e-4) == (noise == 0)  # and so is the noise
 
 
-def test_placements_keep_groups_together_and_are_reproducible():
-    g, ug, policy = make_policy()
+@pytest.mark.parametrize("decoder", ["sequential", "parallel"])
+def test_placements_keep_groups_together_and_are_reproducible(decoder):
+    g, ug, policy = make_policy(decoder=decoder)
     a = policy.sample(6, torch.Generator().manual_seed(3), noise=0.1)
     b = policy.sample(6, torch.Generator().manual_seed(3), noise=0.1)
     assert torch.equal(a.groups, b.groups) and torch.equal(a.devices, b.devices)
@@ -63,3 +66,60 @@ def test_placements_keep_groups_together_and_are_reproducible():
 def test_strategy_maps_units_through_groups():
     s = Strategy(groups=torch.tensor([[1, 0, 1]]), devices=torch.tensor([[2, 5]]))
     assert s.placements(np.array([0, 1, 2, 2, 1])).tolist() == [[5, 2, 5, 5, 2]]
+
+
+def test_one_pass_scores_a_batch_as_its_samples_one_by_one():
+    """The parallel decoder's distributions do not depend on the batch: a batch of 6 is scored exactly as
+    each of its strategies alone."""
+    _, _, policy = make_policy(decoder="parallel")
+    policy.train()
+    batch = policy.sample(6, torch.Generator().manual_seed(2), noise=0.3)
+    with torch.no_grad():
+        together, entropy = policy.log_prob(batch)
+        for i in range(6):
+            alone, alone_entropy = policy.log_prob(replace(batch, groups=batch.groups[i:i + 1],
+                                                           devices=batch.devices[i:i + 1]))
+            assert torch.equal(alone[0], together[i]) and torch.equal(alone_entropy, entropy)
+
+
+def test_draw_rows_samples_each_row_by_inverse_cdf():
+    from trinity.rl.policy import _draw_rows
+
+    probs = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5], [0.2, 0.3, 0.5]])
+    draws = _draw_rows(torch.log(probs), 20_000, torch.Generator().manual_seed(0))
+    assert draws.shape == (20_000, 3) and (draws[:, 0] == 1).all()  # a certain choice is always drawn
+    assert set(draws[:, 1].tolist()) == {0, 2}  # a zero-probability column never is
+    freq = torch.bincount(draws[:, 2], minlength=3).double() / 20_000
+    torch.testing.assert_close(freq, probs[2].double(), atol=0.01, rtol=0)
+
+
+def test_expected_group_embeddings_by_hand():
+    """Soft group means, compute shares and expected links, on a 3-op chain and a hard partition."""
+    g = OpGraph([Op(n, "Add", t, output_bytes=(8,)) for n, t in (("a", 1.0), ("b", 3.0), ("c", 4.0))],
+                [Edge("a", "b"), Edge("b", "c")])
+    feats = op_features(g, embedding_dim=2)
+    ug = UnitGraph(g, feats)
+    torch.manual_seed(0)
+    policy = PlacementPolicy(ug, 2, feats.vocabulary_size, PolicyConfig(num_groups=2, lstm_hidden=8,
+                                                                         group_projection=4, decoder="parallel"))
+    probs = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # {a, b} and {c}
+    emb = policy.expected_group_embeddings(probs)[0]
+    inputs = policy.unit_inputs()
+    f = inputs.shape[1]
+    torch.testing.assert_close(emb[0, :f], (inputs[0] + inputs[1]) / 2)
+    torch.testing.assert_close(emb[1, :f], inputs[2])
+    torch.testing.assert_close(emb[:, f], torch.tensor([0.5, 0.5]))  # compute shares 4/8 and 4/8
+    # one link (b-c) between the groups, none counted within a group: log(1 + 1) off the diagonal
+    torch.testing.assert_close(emb[:, f + 1:], torch.tensor([[0.0, np.log(2.0)], [np.log(2.0), 0.0]], dtype=torch.float32))
+
+
+def test_priors_start_groups_contiguous_and_blocks_on_devices():
+    """The locality prior: a unit's likeliest group follows its topological rank; the block prior: the
+    first groups' likeliest device is the first device, the last groups' the last."""
+    _, ug, policy = make_policy(k=4, devices=2, decoder="parallel", topo_prior=50.0, block_prior=50.0)
+    policy.eval()
+    strategy = policy.sample(1, torch.Generator().manual_seed(0))
+    log_part, log_sched = policy.one_pass(strategy)
+    likeliest = log_part.argmax(1)
+    assert torch.equal(likeliest, (ug.rank * 4).long())
+    assert log_sched.argmax(1).tolist() == [0, 0, 1, 1]

@@ -82,6 +82,16 @@ def test_same_seed_same_result(tmp_path):
     assert runs[0].reward == runs[1].reward and np.array_equal(runs[0].placement, runs[1].placement)
 
 
+def test_busiest_share_by_hand():
+    from trinity.sim import Simulator
+
+    g = two_chains()
+    sim = Simulator(g, cluster())
+    assert sim.simulate(np.zeros(12, np.int64)).busiest_share == 1.0
+    assert sim.simulate(np.array([0] * 6 + [1] * 6)).busiest_share == 0.5
+    assert sim.simulate(np.array([0] * 9 + [1] * 3)).busiest_share == 0.75
+
+
 def test_corrupt_checkpoint(tmp_path):
     (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(TrinityError, match=r"checkpoint.pt: checkpoint is corrupt .* pass --fresh"):
@@ -327,7 +337,8 @@ def test_the_agent_loop_reproduces_the_search_before_the_move(tmp_path, key):
 
     before = json.loads((Path(__file__).parent / "data" / "search_before_refactor.json").read_text())[key]
     method, start = key.split("-", 1)
-    net = ({"lstm_hidden": 32, "device_embedding": 8, "group_projection": 16, "type_embedding": 8}
+    net = ({"lstm_hidden": 32, "device_embedding": 8, "group_projection": 16, "type_embedding": 8, "decoder": "sequential",
+            "topo_prior": 0.0, "block_prior": 0.0}
            if method == "trinity" else {"hidden": 32, "type_embedding": 8, "grouper_hidden": 16})
     agent = {"num_groups": 6, "lr": 0.01, "policy": net, **({"embedding_dim": 4} if method == "trinity" else {})}
     cfg = SearchConfig(method=method, iterations=12, batch=8, checkpoint_every=1000, seed=1, warm_start_steps=20,

@@ -86,3 +86,30 @@ def test_heterogeneous_devices_are_all_enumerated():
     # reaches the fast device at 52.01 us, b2 and the sum follow there: 77.01 us (all on the fast: 100)
     assert best.step_time_us == pytest.approx(77.01)
     assert sorted(best.placement.tolist()) == [0, 1, 1, 1, 1]  # one chain head on the slow device
+
+
+def test_calibrated_temperatures_by_hand():
+    import math
+
+    from trinity.placers.annealing import calibrate
+
+    drops = np.array([-0.5, 0.0, 0.01, 0.02, 0.03, 0.04, 0.05])  # improvements and neutral moves are left out
+    t_start, t_end = calibrate(drops, accept_start=0.5, accept_end=0.01, end_quantile=0.0)
+    assert t_start == pytest.approx(0.03 / math.log(2))  # the median drop is accepted half the time ...
+    assert t_end == pytest.approx(0.01 / math.log(100))  # ... and the smallest 1 time in 100 at the end
+    assert calibrate(np.array([0.0, -1.0])) == (1e-6, 1e-9)  # nothing got worse: any small temperature
+
+
+def test_annealing_calibrates_and_refuses_bad_settings():
+    g, c = two_chains(), make_cluster(2)
+    start = place("single", g, c).placement
+    r = anneal(g, c, start, budget=300, seed=0)
+    assert r.t_start > r.t_end > 0 and r.calls == 300 and 0 < r.accepted < 300
+    fixed = anneal(g, c, start, budget=300, seed=0, t_start=0.05, t_end=0.0005)
+    assert (fixed.t_start, fixed.t_end) == (0.05, 0.0005)
+    for bad, field in (({"t_start": 0.1}, "t_start"), ({"t_start": -1.0, "t_end": 0.1}, "t_start"),
+                       ({"accept_start": 1.5}, "accept_start"), ({"max_moved": 0}, "max_moved"),
+                       ({"budget": 2.5}, "budget")):
+        with pytest.raises(PlacementError) as err:
+            anneal(g, c, start, **{"budget": 10, **bad})
+        assert err.value.field == field

@@ -1,11 +1,21 @@
-"""Local search over the same units the RL policies place: simulated annealing.
+"""Local search over the units the RL policies place: simulated annealing, the searches' honest peer.
 
-The peer the searches must beat at equal budget: it scores candidates with the same simulator
-and reward, moves one colocation unit to another device at a time, accepts a worse candidate
-with probability exp(-delta / T), and cools T geometrically from ``t_start`` to ``t_end``
-(in units of the reward, whose scale is log(cost), so ~0.01 is a 1% change of cost). Its
-budget is a number of simulator calls, so it compares with a search of iterations x batch
-samples; its curve (calls, wall time, best so far) goes on the same time-to-quality figure.
+It scores candidates with the same simulator and reward as the searches. A move takes a random
+unit (colocation group) and sends it, with up to ``max_moved - 1`` of its graph neighbours that
+sit where it sits, to the device of one of its neighbours elsewhere (a random other device when
+all its neighbours are at home): moves that follow the graph's edges, as a placement's cuts do.
+A worse candidate is accepted with probability exp(-delta / T), T cooling geometrically.
+
+The temperature is calibrated to the reward's scale at the start of every run (``calibrate``):
+``calibration_moves`` random moves from the start placement (counted in the budget) give the
+reward drops a move causes; T starts where the median drop is accepted with probability
+``accept_start`` and ends where a drop of the ``end_quantile``-th quantile is accepted with
+``accept_end``: hot enough to accept most moves, ending where almost none are. Fixed temperatures
+(``t_start``/``t_end`` in reward units; ~0.01 is a 1% change of cost on MDPE's log scale) remain
+for comparison: on MDPE, 0.05 -> 0.0005 accepts most moves to the end, a random walk.
+
+The budget is a number of simulator calls (reproducible from the seed); the curve records
+(calls, wall time, best step time, best reward) at every improvement, for time-to-quality figures.
 """
 
 from __future__ import annotations
@@ -33,57 +43,151 @@ class AnnealResult:
     step_time_us: float
     calls: int
     seconds: float
+    t_start: float = 0.0  #: the temperatures used (calibrated or given)
+    t_end: float = 0.0
+    accepted: int = 0  #: moves accepted
     #: (simulator calls, seconds, best step time us, best reward) each time the best improved
     curve: list[tuple[int, float, float, float]] = field(default_factory=list)
 
 
+class _Moves:
+    """Neighbour-following moves of units between devices, respecting each device's memory."""
+
+    def __init__(self, graph: OpGraph, cluster: Cluster, unit_device: np.ndarray, rng, max_moved: int):
+        a = graph.arrays
+        self.unit_of_op, self.n_units, self.n_dev = a.group, a.n_groups, cluster.n_devices
+        self.unit_device, self.rng, self.max_moved = unit_device, rng, max_moved
+        su, du = a.group[a.src], a.group[a.dst]
+        cross = su != du
+        pairs = np.unique(np.concatenate([np.stack([su[cross], du[cross]], 1), np.stack([du[cross], su[cross]], 1)]),
+                          axis=0) if cross.any() else np.zeros((0, 2), np.int64)
+        self.ptr = np.searchsorted(pairs[:, 0], np.arange(self.n_units + 1)) if len(pairs) else np.zeros(
+            self.n_units + 1, np.int64)
+        self.nbr = pairs[:, 1] if len(pairs) else np.zeros(0, np.int64)
+        self.static = np.bincount(a.group, weights=graph.static_memory(), minlength=self.n_units)
+        self.capacity = cluster.memory.astype(float)
+        self.used = np.bincount(unit_device, weights=self.static, minlength=self.n_dev)
+
+    def propose(self) -> tuple[np.ndarray, int, int] | None:
+        """(units to move, from, to), or None when the move would not fit in memory."""
+        rng, ud = self.rng, self.unit_device
+        u = int(rng.integers(self.n_units))
+        old = int(ud[u])
+        nbrs = self.nbr[self.ptr[u]:self.ptr[u + 1]]
+        away = nbrs[ud[nbrs] != old]
+        if len(away):
+            new = int(ud[away[rng.integers(len(away))]])
+        else:
+            new = int(rng.integers(self.n_dev - 1))
+            new += new >= old  # another device, uniformly
+        moved = [u]
+        home = nbrs[ud[nbrs] == old]
+        extra = int(rng.integers(self.max_moved)) if self.max_moved > 1 else 0
+        if extra and len(home):
+            moved += [int(v) for v in rng.choice(home, size=min(extra, len(home)), replace=False)]
+        moved = np.array(moved, np.int64)
+        if self.used[new] + self.static[moved].sum() > self.capacity[new]:
+            return None
+        return moved, old, new
+
+    def apply(self, moved: np.ndarray, old: int, new: int) -> None:
+        self.unit_device[moved] = new
+        w = self.static[moved].sum()
+        self.used[old] -= w
+        self.used[new] += w
+
+    def placement(self) -> np.ndarray:
+        return self.unit_device[self.unit_of_op]
+
+
+def calibrate(drops: np.ndarray, *, accept_start: float = 0.2, accept_end: float = 0.001,
+              end_quantile: float = 0.1) -> tuple[float, float]:
+    """(t_start, t_end) from the reward drops (> 0) of random moves: the median drop accepted with
+    probability ``accept_start`` at first, the ``end_quantile`` drop with ``accept_end`` at the end."""
+    drops = np.asarray(drops, float)
+    drops = drops[drops > 0]
+    if not len(drops):  # every move was neutral or better: any small temperature will do
+        return 1e-6, 1e-9
+    t_start = -float(np.median(drops)) / math.log(accept_start)
+    t_end = -float(np.quantile(drops, end_quantile)) / math.log(accept_end)
+    return t_start, min(t_end, t_start)
+
+
 def anneal(graph: OpGraph, cluster: Cluster, start: np.ndarray, *, budget: int, seed: int = 0,
-           reward: Callable[[SimResult], float] | None = None, t_start: float = 0.05, t_end: float = 0.0005,
-           simulator: Simulator | None = None) -> AnnealResult:
-    """Anneal from ``start`` (a placement) for ``budget`` simulator calls; the best placement seen."""
-    if budget < 1:
-        raise PlacementError(f"must be >= 1 simulator call, got {budget}", field="budget")
-    if not (t_start > 0 and t_end > 0):
-        raise PlacementError("temperatures must be > 0", field="t_start")
+           reward: Callable[[SimResult], float] | None = None, t_start: float | None = None,
+           t_end: float | None = None, calibration_moves: int = 100, accept_start: float = 0.2,
+           accept_end: float = 0.001, max_moved: int = 3, simulator: Simulator | None = None) -> AnnealResult:
+    """Anneal from ``start`` (a placement) for ``budget`` simulator calls; the best placement seen.
+    ``t_start``/``t_end`` None: calibrated from ``calibration_moves`` random moves (see module docstring)."""
+    if not (isinstance(budget, int) and budget >= 1):
+        raise PlacementError(f"must be an integer >= 1 simulator call, got {budget!r}", field="budget")
+    for name, t in (("t_start", t_start), ("t_end", t_end)):
+        if t is not None and not (math.isfinite(t) and t > 0):
+            raise PlacementError(f"must be a temperature > 0 (or null: calibrated), got {t!r}", field=name)
+    if (t_start is None) != (t_end is None):
+        raise PlacementError("give both t_start and t_end, or neither (calibrated)", field="t_start")
+    for name, p in (("accept_start", accept_start), ("accept_end", accept_end)):
+        if not 0 < p < 1:
+            raise PlacementError(f"must be a probability in (0, 1), got {p!r}", field=name)
+    if not (isinstance(max_moved, int) and 1 <= max_moved <= 16):
+        raise PlacementError(f"must be an integer in 1..16, got {max_moved!r}", field="max_moved")
+    if not (isinstance(calibration_moves, int) and calibration_moves >= 1):
+        raise PlacementError(f"must be an integer >= 1, got {calibration_moves!r}", field="calibration_moves")
     reward = reward or (lambda r: mdpe_reward(r, MDPEConfig()))
     sim = simulator or Simulator(graph, cluster)
     rng = np.random.default_rng(seed)
-    unit_of_op = graph.arrays.group
-    n_units, n_dev = graph.arrays.n_groups, cluster.n_devices
-    static = np.bincount(unit_of_op, weights=graph.static_memory(), minlength=n_units)
-    capacity = cluster.memory.astype(float)
-    unit_device = np.zeros(n_units, np.int64)
-    unit_device[unit_of_op] = np.asarray(start, np.int64)
-    used = np.bincount(unit_device, weights=static, minlength=n_dev)
+    unit_device = np.zeros(graph.arrays.n_groups, np.int64)
+    unit_device[graph.arrays.group] = np.asarray(start, np.int64)
+    moves = _Moves(graph, cluster, unit_device, rng, max_moved)
     t0 = time.perf_counter()
-    current = sim.simulate(unit_device[unit_of_op], check=False)
+    current = sim.simulate(moves.placement(), check=False)
     cur_r = reward(current)
-    best = AnnealResult(unit_device[unit_of_op].copy(), cur_r, current.step_time_us, 1, 0.0)
+    best = AnnealResult(moves.placement(), cur_r, current.step_time_us, 1, 0.0)
     best.curve.append((1, time.perf_counter() - t0, current.step_time_us, cur_r))
-    cooling = (t_end / t_start) ** (1.0 / max(budget - 1, 1))
-    temperature, calls, attempts = t_start, 1, 0
+    calls = 1
+    n_dev = cluster.n_devices
+
+    def consider(cand: SimResult, r: float) -> None:
+        if r > best.reward:
+            best.placement, best.reward, best.step_time_us = moves.placement(), r, cand.step_time_us
+            best.curve.append((calls, time.perf_counter() - t0, cand.step_time_us, r))
+
+    if t_start is None:  # calibration: the drops of random moves from the start (each undone)
+        drops = []
+        for _ in range(min(calibration_moves, budget - 1) if n_dev > 1 else 0):
+            move = moves.propose()
+            if move is None:
+                continue
+            moved, old, new = move
+            moves.apply(moved, old, new)
+            cand = sim.simulate(moves.placement(), check=False)
+            calls += 1
+            r = reward(cand)
+            consider(cand, r)
+            drops.append(cur_r - r)
+            moves.apply(moved, new, old)
+        t_start, t_end = calibrate(np.array(drops), accept_start=accept_start, accept_end=accept_end)
+    best.t_start, best.t_end = t_start, t_end
+    remaining = budget - calls
+    cooling = (t_end / t_start) ** (1.0 / max(remaining - 1, 1))
+    temperature, attempts = t_start, 0
     while calls < budget and n_dev > 1 and attempts < 100 * budget:
         attempts += 1
-        u = int(rng.integers(n_units))
-        old = int(unit_device[u])
-        new = int(rng.integers(n_dev - 1))
-        new += new >= old  # another device, uniformly
-        if used[new] + static[u] > capacity[new]:
+        move = moves.propose()
+        if move is None:
             continue  # its weights would not fit: not a candidate, and no simulator call spent
-        unit_device[u] = new
-        cand = sim.simulate(unit_device[unit_of_op], check=False)
+        moved, old, new = move
+        moves.apply(moved, old, new)
+        cand = sim.simulate(moves.placement(), check=False)
         calls += 1
-        temperature *= cooling
         r = reward(cand)
         if r >= cur_r or rng.random() < math.exp((r - cur_r) / temperature):
             cur_r = r
-            used[old] -= static[u]
-            used[new] += static[u]
-            if r > best.reward:
-                best.placement, best.reward, best.step_time_us = unit_device[unit_of_op].copy(), r, cand.step_time_us
-                best.curve.append((calls, time.perf_counter() - t0, cand.step_time_us, r))
+            best.accepted += 1
+            consider(cand, r)
         else:
-            unit_device[u] = old
+            moves.apply(moved, new, old)
+        temperature *= cooling
     best.calls = calls
     best.seconds = time.perf_counter() - t0
     return best
@@ -92,7 +196,7 @@ def anneal(graph: OpGraph, cluster: Cluster, start: np.ndarray, *, budget: int, 
 @register("annealing")
 def place_annealing(graph: OpGraph, cluster: Cluster, seed: int = 0, budget: int = 2000,
                     start: str = "single") -> np.ndarray:
-    """Simulated annealing from placer ``start``'s placement, ``budget`` simulator calls."""
+    """Simulated annealing (calibrated temperature) from placer ``start``'s placement, ``budget`` simulator calls."""
     from trinity.placers.base import place
 
     initial = place(start, graph, cluster, seed=seed).placement

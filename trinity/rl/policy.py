@@ -59,6 +59,22 @@ class PolicyConfig:
     #: add a free logit per (unit, group), zero at first, to the partition network's output;
     #: None = only in warm-started searches (a feature network alone imitated 86% of GNMT's units)
     unit_logits: bool | None = None
+    #: "parallel": one pass scores the whole batch (groups embedded from the expected partition, every
+    #: group's device distribution from the encoder by attention, exploration noise shared by the batch);
+    #: "sequential": the paper's seq2seq decoder fed the previous group's device, per sampled partition
+    decoder: str = "parallel"
+    #: locality prior added to the partition logits: -topo_prior * |g + 1/2 - k * r(u)| for a unit at
+    #: topological rank r(u) in [0, 1), so groups start as contiguous stretches of the graph and a
+    #: random schedule cuts few edges (0 = the paper's uniform start, every op on a random device)
+    topo_prior: float = 1.0
+    #: the schedule's counterpart (parallel decoder): -block_prior * |d + 1/2 - D (g + 1/2) / k| on group g's
+    #: device logits, so the ordered groups start split into D contiguous blocks, one per device, as a
+    #: pipeline would split them (0 = every group's device uniform at first)
+    block_prior: float = 3.0
+
+    def __post_init__(self):
+        if self.decoder not in ("parallel", "sequential"):
+            raise ValueError(f"policy.decoder must be parallel or sequential, got {self.decoder!r}")
 
 
 @dataclass
@@ -78,15 +94,20 @@ class Strategy:
     dropout_seed: int | None = None  # None: no dropout
     noise_seed: int = 0
     noise: float = 0.0
+    #: the parallel decoder's distributions as sampled, with their autograd graph (``keep_graph``): the
+    #: update's first pass reuses them instead of recomputing the same values
+    distributions: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def placements(self, unit_of_op: np.ndarray) -> np.ndarray:
         """int64[B, N] device of every op."""
         unit_device = torch.gather(self.devices, 1, self.groups).numpy()
         return unit_device[:, unit_of_op]
 
-    def exploration(self, n_groups: int, n_devices: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The noise added to the logits when sampling: [B, U, k] on groups and [B, k, D] on devices."""
+    def exploration(self, n_groups: int, n_devices: int, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The noise added to the logits when sampling: [B, U, k] on groups and [B, k, D] on devices
+        (``shared``: one draw for the whole batch, [1, U, k] and [1, k, D])."""
         b, u = self.groups.shape
+        b = 1 if shared else b
         if self.noise <= 0:
             return torch.zeros(1, 1, 1), torch.zeros(1, 1, 1)
         gen = torch.Generator().manual_seed(self.noise_seed)
@@ -119,6 +140,11 @@ class UnitGraph:
         cross = su != du
         pairs = np.unique(np.stack([su[cross], du[cross]], axis=1), axis=0) if cross.any() else np.zeros((0, 2))
         self.links = torch.from_numpy(pairs.astype(np.int64))
+        # each unit's rank in a topological order of the graph (its ops' mean), in [0, 1)
+        position = np.empty(graph.n_ops)
+        position[graph.topological_order()] = np.arange(graph.n_ops)
+        mean = np.bincount(self.unit_of_op, weights=position, minlength=self.n_units) / counts
+        self.rank = torch.from_numpy((np.argsort(np.argsort(mean, kind="stable")) / self.n_units).astype(np.float32))
 
 
 class PlacementPolicy(nn.Module):
@@ -133,6 +159,10 @@ class PlacementPolicy(nn.Module):
             nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, k))  # dropout: in partition_logits, from a seed
         # An addition to the paper: lets a warm start reproduce a placer exactly (see PolicyConfig).
         self.unit_logits = nn.Parameter(torch.zeros(unit_graph.n_units, k)) if cfg.unit_logits else None
+        centre = torch.arange(k, dtype=torch.float32)[None] + 0.5 - k * unit_graph.rank[:, None]
+        self._prior = -cfg.topo_prior * centre.abs() if cfg.topo_prior else None  # [U, k], fixed
+        block = torch.arange(n_devices)[None] + 0.5 - n_devices * (torch.arange(k)[:, None] + 0.5) / k
+        self._block_prior = -cfg.block_prior * block.abs() if cfg.block_prior else None  # [k, D], fixed
         group_features = cfg.type_embedding + unit_graph.numeric.shape[1] + 1 + k
         # The k-long adjacency dominates the group embedding; a linear projection keeps the
         # encoder's recurrent input small (the LSTM is the cost of every update on a CPU).
@@ -143,6 +173,11 @@ class PlacementPolicy(nn.Module):
         self.attention = nn.Linear(cfg.lstm_hidden, cfg.lstm_hidden, bias=False)
         self.combine = nn.Linear(2 * cfg.lstm_hidden, cfg.lstm_hidden)
         self.device_logits = nn.Linear(cfg.lstm_hidden, n_devices)
+        if cfg.decoder == "parallel":  # the units' links as a symmetric sparse matrix, built once
+            u, links = unit_graph.n_units, unit_graph.links
+            both = torch.cat([links, links.flip(1)]) if len(links) else torch.zeros((0, 2), dtype=torch.long)
+            self._adjacency = torch.sparse_coo_tensor(both.T, torch.ones(len(both)), (u, u),
+                                                     check_invariants=True).coalesce()
 
     # ------------------------------------------------------------- partition
     def unit_inputs(self) -> torch.Tensor:
@@ -159,6 +194,8 @@ class PlacementPolicy(nn.Module):
             keep = torch.rand(hidden.shape, generator=torch.Generator().manual_seed(dropout_seed)) >= p
             hidden = hidden * keep / (1 - p)
         logits = out(relu2(second(hidden)))
+        if self._prior is not None:
+            logits = logits + self._prior
         return logits if self.unit_logits is None else logits + self.unit_logits
 
     # ------------------------------------------------------------- groups
@@ -181,6 +218,32 @@ class PlacementPolicy(nn.Module):
         adjacency = adjacency.view(b, k, k) * (1 - torch.eye(k))
         return torch.cat([means, share[:, :, None], adjacency], dim=2)
 
+    def expected_group_embeddings(self, probs: torch.Tensor) -> torch.Tensor:
+        """[1, k, F] the group embeddings of `group_embeddings` under the expected partition ``probs``
+        [U, k] (soft means, compute shares, and log(1 + expected links) to each other group): one
+        input to the schedule network for every sample of a batch."""
+        inputs = self.unit_inputs()
+        weighted = probs * self.ug.op_count[:, None]  # [U, k]
+        counts = weighted.sum(0)
+        means = (weighted.T @ inputs) / counts.clamp(min=1e-6)[:, None]
+        share = probs.T @ self.ug.compute_share
+        links = probs.T @ torch.sparse.mm(self._adjacency, probs)  # [k, k] expected unit links between groups
+        links = torch.log1p(links * (1 - torch.eye(self.cfg.num_groups)))
+        return torch.cat([means, share[:, None], links], dim=1)[None]
+
+    def one_pass(self, strategy: Strategy) -> tuple[torch.Tensor, torch.Tensor]:
+        """The parallel decoder's distributions for a whole batch: log-probabilities of each unit's group
+        [U, k] and of each group's device [k, D], under the batch's dropout mask and shared noise."""
+        on_groups, on_devices = strategy.exploration(self.cfg.num_groups, self.n_devices, shared=True)
+        log_part = F.log_softmax(self.partition_logits(strategy.dropout_seed) + on_groups[0], dim=1)
+        # the partition is an input to the schedule network, not a path for its gradient (as a sampled one)
+        enc, _ = self.encoder(self.project(self.expected_group_embeddings(log_part.detach().exp())))
+        sched = self._squash(self._attend(enc, enc))[0] + on_devices[0]
+        if self._block_prior is not None:
+            sched = sched + self._block_prior
+        log_sched = F.log_softmax(sched, dim=1)
+        return log_part, log_sched
+
     # ------------------------------------------------------------- schedule
     def _squash(self, u: torch.Tensor) -> torch.Tensor:
         return self.cfg.logit_scale * torch.tanh(u / self.cfg.logit_temperature)
@@ -199,16 +262,26 @@ class PlacementPolicy(nn.Module):
 
     # ------------------------------------------------------------- sampling
     @torch.no_grad()
-    def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0) -> Strategy:
+    def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0, keep_graph: bool = False) -> Strategy:
         """Sample ``batch`` strategies; ``noise`` adds U(-noise, noise) to every logit (exploration).
 
         Every random draw is taken up front from ``generator``: the dropout and noise seeds, units'
-        groups by inverse-CDF sampling, devices by Gumbel-max inside the compiled decoder.
+        groups by inverse-CDF sampling, devices by Gumbel-max inside the compiled decoder (sequential)
+        or by inverse CDF (parallel). ``keep_graph`` (parallel decoder): keep the distributions' autograd
+        graph in the strategy for the update's first pass.
         """
         k, d = self.cfg.num_groups, self.n_devices
         dropout_seed, noise_seed = (int(x) for x in torch.randint(0, 2 ** 62, (2,), generator=generator))
         strategy = Strategy(torch.zeros(batch, self.ug.n_units, dtype=torch.long), torch.zeros(batch, k, dtype=torch.long),
                             dropout_seed=dropout_seed if self.training else None, noise_seed=noise_seed, noise=noise)
+        if self.cfg.decoder == "parallel":
+            with torch.set_grad_enabled(keep_graph):
+                log_part, log_sched = self.one_pass(strategy)
+            strategy.groups = _draw_rows(log_part, batch, generator)
+            strategy.devices = _draw_rows(log_sched, batch, generator)
+            strategy.logp = self._gather(log_part, log_sched, strategy).detach()
+            strategy.distributions = (log_part, log_sched) if keep_graph else None
+            return strategy
         on_groups, on_devices = strategy.exploration(k, d)
         logits = self.partition_logits(strategy.dropout_seed)[None] + on_groups  # [B or 1, U, k]
         groups = _sample_categorical(logits.expand(batch, -1, -1), generator)
@@ -230,6 +303,11 @@ class PlacementPolicy(nn.Module):
     def log_prob(self, strategy: Strategy) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of every decision, [B, U + k] (units' groups, then groups' devices), under
         the distribution that sampled it (its dropout mask and noise), and the mean per-decision entropy."""
+        if self.cfg.decoder == "parallel":
+            log_part, log_sched = strategy.distributions or self.one_pass(strategy)
+            strategy.distributions = None  # used once: after an optimizer step they are stale
+            entropy = -(log_part.exp() * log_part).sum(1).mean() - (log_sched.exp() * log_sched).sum(1).mean()
+            return self._gather(log_part, log_sched, strategy), entropy
         b = strategy.groups.shape[0]
         on_groups, on_devices = strategy.exploration(self.cfg.num_groups, self.n_devices)
         part = F.log_softmax(self.partition_logits(strategy.dropout_seed)[None] + on_groups, dim=2)  # [B|1, U, k]
@@ -239,6 +317,26 @@ class PlacementPolicy(nn.Module):
         logp_sched = sched.gather(2, strategy.devices[:, :, None])
         entropy = -(part.exp() * part).sum(2).mean() - (sched.exp() * sched).sum(2).mean()
         return torch.cat([logp_part[:, :, 0], logp_sched[:, :, 0]], dim=1), entropy
+
+
+    @staticmethod
+    def _gather(log_part: torch.Tensor, log_sched: torch.Tensor, strategy: Strategy) -> torch.Tensor:
+        """[B, U + k] log-probabilities of a batch's decisions under one pass's distributions."""
+        u, k = log_part.shape[0], log_sched.shape[0]
+        return torch.cat([log_part[torch.arange(u), strategy.groups], log_sched[torch.arange(k), strategy.devices]], 1)
+
+
+def _draw_rows(log_probs: torch.Tensor, batch: int, generator: torch.Generator) -> torch.Tensor:
+    """[B, R] draws from each row of the distributions ``log_probs`` [R, C] (inverse CDF, one sorted search
+    over the rows laid end to end: no [B, R, C] tensor)."""
+    rows, cols = log_probs.shape
+    cdf = log_probs.detach().double().exp().cumsum(dim=1)  # float64: rows end to end stay distinct
+    cdf = cdf / cdf[:, -1:]  # exactly 1 at each row's end
+    offset = torch.arange(rows, dtype=cdf.dtype)
+    flat = (cdf + offset[:, None]).reshape(-1).contiguous()
+    u = torch.rand((batch, rows), generator=generator, dtype=cdf.dtype) + offset
+    index = torch.searchsorted(flat, u.reshape(-1)).view(batch, rows) - torch.arange(rows)[None] * cols
+    return index.clamp(0, cols - 1)
 
 
 def _sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

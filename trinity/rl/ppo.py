@@ -39,7 +39,8 @@ class TrinityOptions:
 
     #: k; None = 256, at least one per device and at most one per placement unit
     num_groups: int | None = None
-    #: Adam; None = 1e-3 (the paper's 0.1 collapses the policy, see README), or ``fine_tune_lr`` after a warm start
+    #: Adam; None = 1e-2 (the paper's 0.1 collapses the policy, 1e-3 leaves it near uniform for the default
+    #: budget: see the README's ablation), or ``fine_tune_lr`` after a warm start
     lr: float | None = None
     fine_tune_lr: float = 1e-4  #: a larger rate walks a warm-started policy away from its placer within tens of iterations
     ppo_epochs: int = 2
@@ -81,7 +82,7 @@ class TrinityAgent(Agent):
         # per-unit logits by default only when warm-starting: they let the imitation be exact
         unit_logits = ctx.warm_start if options.policy.unit_logits is None else options.policy.unit_logits
         policy_cfg = PolicyConfig(**{**asdict(options.policy), "num_groups": k, "unit_logits": unit_logits})
-        lr = options.lr if options.lr is not None else options.fine_tune_lr if ctx.warm_start else 1e-3
+        lr = options.lr if options.lr is not None else options.fine_tune_lr if ctx.warm_start else 1e-2
         self.options = TrinityOptions(**{**asdict(options), "num_groups": k, "lr": lr, "policy": policy_cfg})
         self.num_groups = k
         # features from the pipeline's embed stage, or computed here (cached in ``feature_cache``)
@@ -109,9 +110,12 @@ class TrinityAgent(Agent):
 
     def sample(self, batch: int, generator: torch.Generator, iteration: int | None) -> Samples:
         noise = self.noise(iteration)
-        strategy = self.policy.sample(batch, generator, noise)
-        if iteration is not None:
-            with torch.no_grad():  # PPO's old log-probabilities, computed exactly as the update computes the new ones
+        parallel = self.options.policy.decoder == "parallel"
+        # the parallel decoder's sampling pass is the update's first (same weights, same values); the
+        # sequential one recomputes PPO's old log-probabilities exactly as the update computes the new ones
+        strategy = self.policy.sample(batch, generator, noise, keep_graph=parallel and iteration is not None)
+        if iteration is not None and not parallel:
+            with torch.no_grad():
                 strategy.logp = self.policy.log_prob(strategy)[0]
         return Samples(strategy.placements(self.unit_of_op), strategy)
 

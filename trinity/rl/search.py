@@ -204,7 +204,7 @@ class Search:
         return results
 
     def close(self) -> None:
-        if self._pool is not None:
+        if getattr(self, "_pool", None) is not None:
             self._pool.shutdown()
             self._pool = None
 

@@ -68,24 +68,33 @@ def two_level_imitation_loss(policy, unit_device: np.ndarray, dropout_seed: int 
     """Mean negative log-likelihood, under a two-level policy, of a partition and schedule that put
     every unit on ``unit_device``.
 
-    The targets are ones the policy can represent: group g goes to device g mod D (the decoder only
-    has to learn "the device after the one before"), and a unit the placer put on device d may join
+    The targets are ones the policy can represent: group g goes to device g mod D (the sequential
+    decoder only has to learn "the device after the one before"; the one-pass decoder: floor(g D / k),
+    its block prior), and a unit the placer put on device d may join
     any group of that class, so the partition network raises the class's total probability rather
     than one arbitrary group's; each device's units are spread evenly over its class of groups for
     the schedule network's input.
     """
     k, n_dev = policy.cfg.num_groups, policy.n_devices
-    group_device = np.arange(k) % n_dev
+    one_pass = getattr(policy.cfg, "decoder", "sequential") == "parallel"
+    # the one-pass decoder's block prior puts group g on device floor(g D / k): imitate in its terms
+    group_device = (np.arange(k) * n_dev) // k if one_pass else np.arange(k) % n_dev
     groups = np.zeros(len(unit_device), np.int64)
     for d in range(n_dev):
         mine, mine_groups = np.flatnonzero(unit_device == d), np.flatnonzero(group_device == d)
         groups[mine] = mine_groups[(np.arange(len(mine)) * len(mine_groups)) // max(len(mine), 1)]
     groups_t, devices_t = torch.from_numpy(groups)[None], torch.from_numpy(group_device)[None]
     outside_class = torch.from_numpy(group_device[None, :] != unit_device[:, None])  # [U, k]
-    logp_groups = torch.log_softmax(policy.partition_logits(dropout_seed), dim=1)
-    schedule = policy.schedule_logits(policy.group_embeddings(groups_t), devices_t)
+    if one_pass:
+        from trinity.rl.policy import Strategy
+
+        logp_groups, log_sched = policy.one_pass(Strategy(groups_t, devices_t, dropout_seed=dropout_seed))
+        logp_schedule = log_sched[torch.arange(k), devices_t[0]]
+    else:
+        logp_groups = torch.log_softmax(policy.partition_logits(dropout_seed), dim=1)
+        schedule = policy.schedule_logits(policy.group_embeddings(groups_t), devices_t)
+        logp_schedule = torch.log_softmax(schedule, dim=2)[0].gather(1, devices_t[0, :, None])[:, 0]
     logp_device = logp_groups.masked_fill(outside_class, -torch.inf).logsumexp(dim=1)  # [U]
-    logp_schedule = torch.log_softmax(schedule, dim=2)[0].gather(1, devices_t[0, :, None])[:, 0]
     return -torch.cat([logp_device, logp_schedule]).mean()
 
 

@@ -138,6 +138,7 @@ def _search(cfg, graph, cluster, job, out: Path, tracker) -> dict:
 
 def _anneal(cfg, graph, cluster, method, job, out: Path) -> dict:
     """Simulated annealing from a placer's placement (`best`: the best by reward), same reward as Trinity."""
+    from trinity.errors import PlacementError
     from trinity.placers import best_by_reward, place
     from trinity.placers.annealing import anneal
     from trinity.reward import mdpe_reward
@@ -151,7 +152,11 @@ def _anneal(cfg, graph, cluster, method, job, out: Path) -> dict:
     if start == "best":  # where the warm-started searches start
         start, initial = best_by_reward(WARM_START_PLACERS, graph, cluster, reward, seed=job.seed, simulator=sim)
     else:
-        initial = place(start, graph, cluster, seed=job.seed).placement
+        try:
+            initial = place(start, graph, cluster, seed=job.seed).placement
+        except PlacementError:  # e.g. one device cannot hold the graph: start from a spread instead
+            start = "round-robin"
+            initial = place(start, graph, cluster, seed=job.seed).placement
     result = anneal(graph, cluster, initial, seed=job.seed, reward=reward, simulator=sim, **opts)
     res = sim.simulate(result.placement)
     Strategy.from_array(graph, cluster, result.placement, placer=f"annealing from {start}",
@@ -161,7 +166,8 @@ def _anneal(cfg, graph, cluster, method, job, out: Path) -> dict:
     history["charts/best_step_time_ms"] = history.pop("step_time_us") / 1e3
     atomic_write_bytes(out / "history.csv", history.to_csv(index=False).encode())
     metrics = _row(res, sim, fits=res.fits, seconds=result.seconds)
-    metrics.update(simulations=result.calls, reward=result.reward, warm_start=start)
+    metrics.update(simulations=result.calls, reward=result.reward, warm_start=start, t_start=result.t_start,
+                   t_end=result.t_end, accepted=result.accepted)
     return metrics
 
 

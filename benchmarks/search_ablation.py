@@ -1,0 +1,108 @@
+"""Why Trinity from scratch sat uniform and then collapsed, change by change: `make ablation`.
+
+Each variant adds one change to the one before, from the paper's Trinity as this project first ran
+it (sequential seq2seq decoder, uniform start, Adam 1e-3, batch 8) to today's defaults; every
+variant runs the default experiment's budget (100 iterations) from scratch, over 5 seeds, on each
+case. Writes one row per run (``--csv``) and prints mean +/- standard deviation of the best step
+time per case and variant, beside the best placer's, with the share of compute on the busiest
+device (a collapse onto one device shows as ~1.00).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+warnings.filterwarnings("ignore")
+
+import pandas as pd  # noqa: E402
+
+from trinity.cluster import load_cluster  # noqa: E402
+from trinity.errors import PlacementError  # noqa: E402
+from trinity.features import OpFeatures  # noqa: E402
+from trinity.graph import load_graph  # noqa: E402
+from trinity.placers import place  # noqa: E402
+from trinity.progress import progress  # noqa: E402
+from trinity.rl.search import Search, SearchConfig  # noqa: E402
+from trinity.sim import Simulator  # noqa: E402
+
+PAPER = {"lr": 1e-3, "policy": {"decoder": "sequential", "topo_prior": 0.0, "block_prior": 0.0}}
+#: (name, batch, agent options), cumulative
+VARIANTS = [
+    ("paper (sequential decoder, lr 1e-3)", 8, PAPER),
+    ("+ one-pass decoder", 8, {"lr": 1e-3, "policy": {"decoder": "parallel", "topo_prior": 0.0, "block_prior": 0.0}}),
+    ("+ lr 1e-2", 8, {"lr": 1e-2, "policy": {"decoder": "parallel", "topo_prior": 0.0, "block_prior": 0.0}}),
+    ("+ locality prior on groups", 8, {"lr": 1e-2, "policy": {"decoder": "parallel", "topo_prior": 1.0,
+                                                               "block_prior": 0.0}}),
+    ("+ block prior on devices", 8, {"lr": 1e-2, "policy": {"decoder": "parallel", "topo_prior": 1.0,
+                                                             "block_prior": 3.0}}),
+    ("+ batch 32", 32, {"lr": 1e-2, "policy": {"decoder": "parallel", "topo_prior": 1.0, "block_prior": 3.0}}),
+]
+PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
+
+
+def cases(args) -> list[tuple[str, object, object, object]]:
+    out = []
+    for spec in args.case:
+        path, cluster = spec.rsplit(":", 1)
+        graph = load_graph(path)
+        features = None
+        feature_file = Path(path).parent.parent / "embed" / "features.npz"
+        if feature_file.exists():  # the pipeline's embed stage output beside data/<model>/profile/
+            features = OpFeatures.load(feature_file, graph)
+        out.append((f"{graph.name} {cluster}", graph, load_cluster(cluster), features))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--case", action="append", required=True, metavar="GRAPH:CLUSTER")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--csv", default="reports/search_ablation.csv")
+    args = parser.parse_args()
+    rows = []
+    done = pd.read_csv(args.csv) if Path(args.csv).exists() else pd.DataFrame()
+    for name, graph, cluster, features in cases(args):
+        sim = Simulator(graph, cluster)
+        for placer in PLACERS:
+            try:
+                res = sim.simulate(place(placer, graph, cluster).placement)
+                rows.append({"case": name, "variant": placer, "seed": 0, "step_time_ms": res.step_time_us / 1e3,
+                             "busiest_share": res.busiest_share, "seconds": 0.0, "kind": "placer"})
+            except PlacementError:
+                pass
+        jobs = [(v, s) for v in VARIANTS for s in range(args.seeds)]
+        for (variant, batch, agent), seed in progress(jobs, desc=name):
+            if len(done):  # resume: a run already in the CSV is kept
+                prior = done[(done["case"] == name) & (done["variant"] == variant) & (done["seed"] == seed)]
+                if len(prior):
+                    rows.append(prior.iloc[0].to_dict())
+                    continue
+            with tempfile.TemporaryDirectory() as tmp:
+                cfg = SearchConfig(method="trinity", iterations=args.iterations, batch=batch, seed=seed,
+                                   checkpoint_every=10**9, agent=agent)
+                s = Search(graph, cluster, cfg, tmp, features=features, progress=False,
+                           feature_cache="data/.features")  # node2vec once per graph
+                t0 = time.perf_counter()
+                best = s.run()
+                s.close()
+            res = sim.simulate(best.placement)
+            rows.append({"case": name, "variant": variant, "seed": seed, "step_time_ms": res.step_time_us / 1e3,
+                         "busiest_share": res.busiest_share, "seconds": time.perf_counter() - t0, "kind": "trinity"})
+            pd.DataFrame(rows).to_csv(args.csv, index=False)  # after every run: an interrupted ablation resumes
+    table = pd.DataFrame(rows)
+    table.to_csv(args.csv, index=False)
+    summary = (table.groupby(["case", "kind", "variant"], sort=False)
+               .agg(step_ms=("step_time_ms", "mean"), sd=("step_time_ms", "std"), busiest=("busiest_share", "mean"),
+                    seconds=("seconds", "mean"), seeds=("seed", "count")).reset_index())
+    print(summary.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+if __name__ == "__main__":
+    main()
