@@ -275,20 +275,38 @@ def test_evaluation_table_by_hand(report):
     out, _ = report
     ev = pd.read_csv(out / "evaluation.csv")
     two = ev[ev["cluster"] == "p100x2"].set_index("entry")
-    assert list(two.index) == ["best placer", "hierarchical", "trinity", "lower bound"]
+    assert list(two.index) == ["best placer", "hierarchical", "trinity", "lower bound (compute only)"]
     assert two.loc["best placer", "method"] == "m-etf" and two.loc["best placer", "step_time_ms"] == 11.0
     # hierarchical: seeds at 10 and 12 around m-etf's 11: not a win; trinity: both seeds at 9
     assert two.loc["hierarchical", "step_time_ms"] == 11.0 and two.loc["hierarchical", "verdict"] == "within spread"
     assert two.loc["hierarchical", "step_time_std_ms"] == 1.414  # sample std of 10 and 12, 3 decimals
     assert two.loc["trinity", "verdict"] == "win (every seed below)"
     assert two.loc["trinity", "vs_best_placer_pct"] == pytest.approx(-18.18)
-    assert two.loc["lower bound", "step_time_ms"] == 1.0
+    assert two.loc["trinity", "vs_m_etf_pct"] == pytest.approx(-18.18)  # m-ETF is the best placer here
+    assert two.loc["trinity", "vs_lower_bound_pct"] == 800.0  # 9 ms against a 1 ms bound
+    assert two.loc["lower bound (compute only)", "step_time_ms"] == 1.0
     four = ev[ev["cluster"] == "p100x4"].set_index("entry")
     assert four.loc["exact optimum", "step_time_ms"] == 8.0
     assert four.loc["trinity", "vs_optimum_pct"] == 12.5 and four.loc["hierarchical", "vs_optimum_pct"] == 25.0
     assert "best placer" not in four.index  # no placer ran there
     costs = pd.read_csv(out / "costs.csv")
     assert set(costs["op_times"]) == {"as imported, scaled by device speed"}  # a synthetic graph, no speed model
+
+
+def test_annealing_at_the_searchs_own_wall_time_and_the_collapse_label(tmp_path):
+    from trinity.report.evaluation import annealing_at, collapse_label
+
+    for seed, curve in ((0, [(0.5, 10.0), (2.0, 8.0), (9.0, 6.0)]), (1, [(1.0, 12.0), (4.0, 7.0)])):
+        folder = tmp_path / f"a{seed}"
+        folder.mkdir()
+        pd.DataFrame(curve, columns=["charts/seconds", "charts/best_step_time_ms"]).to_csv(folder / "history.csv")
+    search = pd.DataFrame({"model": "m", "cluster": "c", "method": ["annealing-scratch"] * 2 + ["trinity"] * 2,
+                           "seed": [0, 1, 0, 1], "folder": [str(tmp_path / "a0"), str(tmp_path / "a1"), "", ""],
+                           "search_seconds": [9.0, 4.0, 3.0, 1.5]})
+    # trinity's seed 0 ran 3 s: annealing had reached 8 ms by then; seed 1 ran 1.5 s: 12 ms
+    assert annealing_at(search, "m", "c", "trinity") == 10.0
+    assert annealing_at(search, "m", "c", "hierarchical-warm") is None  # no annealing-long ran
+    assert collapse_label(0.95) and collapse_label(1.0) and not collapse_label(0.949) and not collapse_label(None)
 
 
 def test_data_parallel_runs_and_their_summary_against_ddp(report):

@@ -12,7 +12,7 @@ from trinity.fileio import read_json
 
 #: the order methods appear in, the paper's baselines first
 METHOD_ORDER = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct", "annealing", "annealing-long",
-                "hierarchical", "hierarchical-warm", "trinity", "trinity-warm", "trinity-runtime", "optimum")
+                "annealing-scratch", "hierarchical", "hierarchical-warm", "trinity", "trinity-warm", "trinity-runtime", "optimum")
 METRICS = ("step_time_ms", "peak_comm_MB", "peak_memory_GB")
 
 
@@ -63,7 +63,7 @@ def per_case(search: pd.DataFrame) -> pd.DataFrame:
             row[f"{metric}_std"] = used[metric].std(ddof=1)
         row["step_time_ms_min"], row["step_time_ms_max"] = used["step_time_ms"].min(), used["step_time_ms"].max()
         row["seconds_per_1000_iterations"] = part["seconds_per_1000_iterations"].mean()
-        for column in ("search_seconds", "simulations", "lower_bound_ms"):
+        for column in ("search_seconds", "simulations", "lower_bound_ms", "busiest_share"):
             row[column] = pd.to_numeric(part[column], errors="coerce").mean() if column in part else np.nan
         best = used.loc[used["step_time_ms"].idxmin()]
         row["best_seed"], row["best_folder"] = best["seed"], best["folder"]

@@ -1,0 +1,110 @@
+"""Trinity from scratch on graphs its defaults were never chosen on: `make search-variety`.
+
+Synthetic training graphs (trinity.graph.synthetic.training_graph: convolution-and-gradient shaped,
+measured-cost-like, seeds and sizes not used while choosing Trinity's settings) and synthetic layered
+DAGs, plus any graph files given, on 2 and 4 P100s. Per case: every placer, Trinity from scratch at the
+default experiment's budget (100 iterations x 8) over 2 seeds, and calibrated simulated annealing from
+one device (round-robin where one device cannot hold the graph) read at Trinity's own wall time.
+Writes one row per run (``--csv``), prints Trinity's and annealing's step time against m-ETF's and the
+best placer's, with the busiest device's share of compute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+warnings.filterwarnings("ignore")
+
+import pandas as pd  # noqa: E402
+
+from trinity.cluster import load_cluster  # noqa: E402
+from trinity.errors import PlacementError  # noqa: E402
+from trinity.graph import load_graph  # noqa: E402
+from trinity.graph.synthetic import layered_dag, training_graph  # noqa: E402
+from trinity.placers import place  # noqa: E402
+from trinity.placers.annealing import anneal  # noqa: E402
+from trinity.progress import progress  # noqa: E402
+from trinity.rl.search import Search, SearchConfig  # noqa: E402
+from trinity.sim import Simulator  # noqa: E402
+
+PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
+
+
+def graphs(files: list[str]):
+    yield training_graph(2500, seed=7)
+    yield training_graph(4000, seed=11)
+    yield layered_dag(3000, 4500, seed=5)
+    for f in files:
+        yield load_graph(f)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("graphs", nargs="*")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--csv", default="reports/search_variety.csv")
+    args = parser.parse_args()
+    rows = []
+    for graph in graphs(args.graphs):
+        for cluster in (load_cluster("p100x2"), load_cluster("p100x4")):
+            case = f"{graph.name} ({graph.n_ops} ops) {cluster.name}"
+            sim = Simulator(graph, cluster)
+            for placer in PLACERS:
+                try:
+                    res = sim.simulate(place(placer, graph, cluster).placement)
+                except PlacementError:
+                    continue
+                rows.append({"case": case, "method": placer, "seed": 0, "step_time_ms": res.step_time_us / 1e3,
+                             "fits": res.fits, "busiest_share": res.busiest_share, "seconds": 0.0})
+            for seed in progress(range(args.seeds), desc=case):
+                with tempfile.TemporaryDirectory() as tmp:
+                    s = Search(graph, cluster, SearchConfig(iterations=args.iterations, seed=seed,
+                                                            checkpoint_every=10**9), tmp, progress=False,
+                               feature_cache="data/.features")
+                    t0 = time.perf_counter()
+                    best = s.run()
+                    wall = time.perf_counter() - t0
+                    s.close()
+                res = sim.simulate(best.placement, check=False)
+                rows.append({"case": case, "method": "trinity", "seed": seed, "step_time_ms": res.step_time_us / 1e3,
+                             "fits": res.fits, "busiest_share": res.busiest_share, "seconds": wall})
+                try:
+                    start = place("single", graph, cluster).placement
+                except PlacementError:
+                    start = place("round-robin", graph, cluster).placement
+                per_call = max(s.sim_seconds / max(s.iteration * 8, 1), 1e-5)
+                sa = anneal(graph, cluster, start, budget=max(1000, int(wall / per_call)), seed=seed, simulator=sim)
+                within = [step for _, sec, step, _ in sa.curve if sec <= wall]
+                rows.append({"case": case, "method": "annealing (same wall time)", "seed": seed,
+                             "step_time_ms": min(within) / 1e3 if within else sa.curve[0][2] / 1e3, "fits": True,
+                             "busiest_share": float("nan"), "seconds": wall})
+            pd.DataFrame(rows).to_csv(args.csv, index=False)
+    table = pd.DataFrame(rows)
+    summary = []
+    for case, part in table.groupby("case", sort=False):
+        placers = part[part["method"].isin(PLACERS) & part["fits"]]
+        metf = placers[placers["method"] == "m-etf"]["step_time_ms"]
+        best = placers.loc[placers["step_time_ms"].idxmin()] if len(placers) else None
+        for method in ("trinity", "annealing (same wall time)"):
+            runs = part[part["method"] == method]
+            summary.append({"case": case, "method": method, "step_ms": runs["step_time_ms"].mean(),
+                            "sd": runs["step_time_ms"].std(), "vs_m_etf": runs["step_time_ms"].mean() / metf.iloc[0]
+                            if len(metf) else float("nan"),
+                            "best_placer": f"{best['method']} {best['step_time_ms']:.2f}" if best is not None else "",
+                            "vs_best_placer": runs["step_time_ms"].mean() / best["step_time_ms"]
+                            if best is not None else float("nan"),
+                            "busiest": runs["busiest_share"].mean(), "wall_s": runs["seconds"].mean()})
+    out = pd.DataFrame(summary)
+    out.to_csv(Path(args.csv).with_name(Path(args.csv).stem + "_summary.csv"), index=False)
+    print(out.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+if __name__ == "__main__":
+    main()
