@@ -26,6 +26,7 @@ from trinity.reward import MDPEConfig
 from trinity.sim.result import SimResult
 
 AGENTS: dict[str, type["Agent"]] = {}
+DEFAULT_METHOD = "trinity"  #: what a search runs when its config names no method
 
 
 @dataclass
@@ -101,11 +102,6 @@ def register(name: str):
     return add
 
 
-def methods() -> tuple[str, ...]:
-    _load_builtin()
-    return tuple(sorted(AGENTS))
-
-
 def agent_class(method: str) -> type[Agent]:
     _load_builtin()
     if method not in AGENTS:
@@ -119,7 +115,7 @@ def agent_options(method: str, options: dict | Any) -> Any:
     cls = agent_class(method).Options
     if isinstance(options, cls):
         return options
-    return typed_options(cls, dict(options or {}), f"agent")
+    return typed_options(cls, dict(options or {}), "agent")
 
 
 def typed_options(cls: type, values: dict, where: str):

@@ -32,7 +32,7 @@ from trinity.placement import Strategy as StrategyFile
 from trinity.progress import progress as progress_bar
 from trinity.reward import MDPEConfig
 from trinity.rl import checkpoint
-from trinity.rl.agent import Agent, AgentContext, agent_class, agent_options, check_range
+from trinity.rl.agent import DEFAULT_METHOD, Agent, AgentContext, agent_class, agent_options, check_range
 from trinity.rl.checkpoint import checkpoint_run_id  # noqa: F401  (re-exported for the CLI and stages)
 from trinity.rl.warm_start import WARM_START_PLACERS, warm_start  # noqa: F401  (re-exported)
 from trinity.sim import SimResult, Simulator
@@ -42,7 +42,7 @@ from trinity.track import NullTracker
 class SearchConfig:
     """One search: the loop's settings; the method's own are in ``agent`` (typed by its Agent.Options)."""
 
-    method: str = "trinity"
+    method: str = DEFAULT_METHOD
     iterations: int = 1000
     batch: int = 8  #: strategies sampled per iteration
     seed: int = 0
