@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all params repro bench bench-export search-table ablation validate clean
+.PHONY: install test test-all params repro bench bench-export search-table ablation search-variety validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,10 +49,13 @@ search-table: $(STAMP)  ## Trinity and Hierarchical vs every placer (needs `make
 	$(PY) benchmarks/search_table.py $(REFERENCE_GNMT) $(wildcard data/inception_v3_profiled.json.gz data/gnmt_profiled.json.gz) \
 		--csv reports/search_table.csv
 
-ablation: $(STAMP)  ## Trinity from scratch, change by change, 5 seeds on 3 cases (needs `make repro`'s data/; ~90 min)
-	$(PY) benchmarks/search_ablation.py --csv reports/search_ablation.csv \
+ablation: $(STAMP)  ## Trinity from scratch, change by change, 2 seeds on 3 cases (needs `make repro`'s data/; ~60 min)
+	$(PY) benchmarks/search_ablation.py --seeds 2 --csv reports/search_ablation.csv \
 		--case data/inception_v3/profile/graph.json.gz:p100x2 --case data/inception_v3/profile/graph.json.gz:p100x4 \
 		--case $(REFERENCE_GNMT):p100x4
+
+search-variety: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (~30 min)
+	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv
 
 VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin
 

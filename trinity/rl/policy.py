@@ -35,11 +35,13 @@ attention over all groups; each device's row of the output layer plays the
 part of its embedding. One forward pass then scores a whole batch (its
 samples differ only in their draws, the exploration noise is one draw per
 batch), so an iteration costs about the same at batch 8 or 64. Two fixed
-priors give the samples structure from the first iteration: groups start as
-contiguous stretches of a topological order (``topo_prior``) and blocks of
-consecutive groups start on the same device (``block_prior``), which also
-breaks the symmetry between interchangeable devices that independent
-per-group choices cannot (see the README's ablation).
+priors can give the samples structure from the first iteration: groups start
+as contiguous stretches of a topological order (``topo_prior``, on by
+default), and blocks of consecutive groups start on the same device
+(``block_prior``, off by default: it breaks the symmetry between
+interchangeable devices that independent per-group choices cannot, but on
+InceptionV3 it held the search far above one device; see the README's
+ablation).
 
 Dropout is active only in training passes: strategies are sampled, and
 their old log-probabilities evaluated, with the deterministic network.
@@ -84,8 +86,9 @@ class PolicyConfig:
     topo_prior: float = 1.0
     #: the schedule's counterpart (parallel decoder): -block_prior * |d + 1/2 - D (g + 1/2) / k| on group g's
     #: device logits, so the ordered groups start split into D contiguous blocks, one per device, as a
-    #: pipeline would split them (0 = every group's device uniform at first)
-    block_prior: float = 3.0
+    #: pipeline would split them. 0 by default: at 3 it broke the symmetry between interchangeable devices
+    #: but held InceptionV3's searches 50-160% above one device (README's ablation); tiny graphs need it
+    block_prior: float = 0.0
 
     def __post_init__(self):
         if self.decoder not in ("parallel", "sequential"):
