@@ -40,11 +40,18 @@ def run_dir(cfg: DictConfig, job: config.Job) -> Path:
     graph_file = config.require(config.profiled_file(cfg, job.model), "profile", job.model)
     shaping = {"graph": _file_digest(graph_file), "features": _file_digest(config.features_file(cfg, job.model)),
                "cluster": OmegaConf.to_container(cfg.clusters[job.cluster], resolve=True),
-               "search": asdict(config.search_config(cfg, job.method, job.seed)),
+               "search": _resolved(config.search_config(cfg, job.method, job.seed)),
                # the same search for another experiment or results folder is another job (and MLflow run)
                "where": [experiment_name(cfg), str(cfg.paths.results)]}
     digest = hashlib.sha256(json.dumps(shaping, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return Path(cfg.paths.runs) / f"{job.model}-{job.cluster}-{job.method}-s{job.seed}-{digest}"
+
+
+def _resolved(sc) -> dict:
+    """A search's settings with its method's defaults filled in: a changed default is another search."""
+    from trinity.rl.agent import agent_options
+
+    return {**asdict(sc), "agent": asdict(agent_options(sc.method, sc.agent))}
 
 
 def resume_run_id(cfg: DictConfig, job: config.Job) -> str | None:
