@@ -82,6 +82,7 @@ class LocalSlurm:
         self.kill_wait_s = kill_wait_s
         self.start_timeout_s = start_timeout_s
         self.dir: Path | None = None
+        self._previous = None
         self._daemons: list[tuple[str, subprocess.Popen]] = []
 
     # ------------------------------------------------------------ lifecycle
@@ -89,19 +90,24 @@ class LocalSlurm:
         missing = missing_programs()
         if missing:
             raise TrinityError(f"SLURM programs missing: {', '.join(missing)}; install {' '.join(PACKAGES)}")
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
+        # a SIGTERM (a scheduler, `kill`) inside the block unwinds it like Ctrl-C, so the daemons stop
+        self._previous = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
         try:
             self.start()
         except BaseException:
-            self.stop()
+            self.__exit__()
             raise
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop()
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+        try:
+            self.stop()
+        finally:
+            if self._previous is not None:
+                signal.signal(signal.SIGTERM, self._previous)
+                self._previous = None
 
     def start(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="trinity-slurm-"))  # short: unix socket paths are <108 bytes
@@ -121,8 +127,11 @@ class LocalSlurm:
         self._wait(lambda: self.node_state() in ("idle", "mixed", "allocated"), "slurmd", "log/slurmd.log")
 
     def stop(self) -> None:
-        """Stop every daemon (last started first: slurmd, slurmctld, slurmdbd, MariaDB, munge), then remove
-        the folder; each gets SIGTERM, then SIGKILL after 20 s."""
+        """Cancel every job, stop every daemon (last started first: slurmd, slurmctld, slurmdbd, MariaDB,
+        munge; SIGTERM, then SIGKILL after 20 s), end any process still running under this cluster (a job
+        step outlives slurmd), then remove the folder."""
+        if self.dir is not None and any(n == "slurmctld" and p.poll() is None for n, p in self._daemons):
+            self._drain()
         while self._daemons:
             name, proc = self._daemons.pop()
             if proc.poll() is None:
@@ -136,8 +145,31 @@ class LocalSlurm:
                     pass
             self._kill_group(proc.pid)  # whatever the daemon left in its session (job steps, mariadb's helpers)
         if self.dir is not None:
+            self._kill_leftovers()
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+    def _drain(self) -> None:
+        """Cancel every job and wait (up to KillWait + 30 s) for the queue to empty."""
+        try:
+            subprocess.run(["scancel", "--partition", PARTITION], env=self.env, capture_output=True, timeout=30)
+            deadline = time.monotonic() + self.kill_wait_s + 30
+            while self.queue() and time.monotonic() < deadline:
+                time.sleep(0.5)
+        except (subprocess.TimeoutExpired, OSError):
+            pass
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL every process started under this cluster (its environment names our slurm.conf)."""
+        import psutil
+
+        conf = str(self.dir / "slurm.conf")
+        for proc in psutil.process_iter():
+            try:
+                if proc.pid != os.getpid() and proc.environ().get("SLURM_CONF") == conf:
+                    proc.kill()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
 
     # ------------------------------------------------------------ clients
     @property
@@ -271,4 +303,4 @@ def _main_thread() -> bool:
 
 
 def _raise_interrupt(*_):
-    raise KeyboardInterrupt  # a SIGTERM while the daemons start still stops them (see __enter__)
+    raise KeyboardInterrupt
