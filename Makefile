@@ -34,7 +34,7 @@ params: $(STAMP)  ## compose conf/ into params.yaml (dvc repro does not recompos
 	$(PY) -m trinity.stages.params experiment=$(EXPERIMENT)
 
 estimate: params  ## the experiment's wall time here and on SLURM, from costs measured here (cached in runs/estimate)
-	$(PY) -m trinity.stages.estimate --print-only
+	$(PY) -m trinity.stages.estimate --print-only --out reports/estimate_$(EXPERIMENT).json
 
 # The paper experiment prints its estimate and asks first (YES=1 answers yes).
 repro: params  ## the main job: the default pipeline end to end (reports/, mlflow.db)

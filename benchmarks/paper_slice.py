@@ -23,6 +23,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from trinity.errors import TrinityError
 from trinity.estimate import estimate
 from trinity.fileio import write_json
 from trinity.stages.config import compose
@@ -44,6 +45,9 @@ def main() -> int:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--cache", default="runs/estimate")
     parser.add_argument("--out", default="reports/paper_slice.json")
+    parser.add_argument("--override", action="append", default=[],
+                        help="a Hydra override for every job and the estimate (a reduced check of the path: "
+                             "no extrapolation then)")
     args = parser.parse_args()
     for var in ("SLURM_CONF", "MLFLOW_TRACKING_URI"):
         if not os.environ.get(var):
@@ -54,10 +58,11 @@ def main() -> int:
     paper = compose(["experiment=paper"])
     clusters, placers, searches = list(paper.run.clusters), list(paper.run.placers), list(paper.run.searches)
     sliced = compose(["experiment=paper", f"run.models=[{args.model}]", f"run.seeds=[{args.seeds}]",
-                      "run.regime.models=[]"])
+                      "run.regime.models=[]", *args.override])
     cluster_slots = int(OmegaConf.load(LAUNCHER).get("array_parallelism", 1))
     slice_estimate = summary(estimate(sliced, ROOT / args.cache), cluster_slots, slots)
-    paper_estimate = summary(estimate(paper, ROOT / args.cache), cluster_slots, slots)
+    # the whole experiment's estimate scales by the slice only at the slice's own budget
+    paper_estimate = None if args.override else summary(estimate(paper, ROOT / args.cache), cluster_slots, slots)
     print(f"slice estimate on this machine's SLURM ({slots} jobs at once): {hours(slice_estimate['local_slurm_s'])}",
           flush=True)
 
@@ -71,8 +76,8 @@ def main() -> int:
     threading.Thread(target=sample, daemon=True).start()
     common = ["experiment=paper", f"job.model={args.model}", f"mlflow.experiment=paper-slice-{args.model}",
               "paths.results=results/slice", "hydra/launcher=submitit_slurm_trinity", "hydra.launcher.cpus_per_task=1",
-              "hydra.launcher.mem_gb=4", "hydra.launcher.timeout_min=600"]
-    prepare = {stage: run([f"pipeline/{stage}.py", "experiment=paper", f"job.model={args.model}"])
+              "hydra.launcher.mem_gb=4", "hydra.launcher.timeout_min=600", *args.override]
+    prepare = {stage: run([f"pipeline/{stage}.py", "experiment=paper", f"job.model={args.model}", *args.override])
                for stage in ("export", "profile", "embed")}
     placers_s = run(["pipeline/search.py", "-m", *common, f"job.cluster={','.join(clusters)}",
                      f"job.method={','.join(placers)}", "job.seed=0", "hydra.sweep.dir=multirun/slice-placers"])
@@ -87,16 +92,23 @@ def main() -> int:
         "iterations": int(paper.methods.trinity.search.iterations), "slots": slots,
         "prepare_s": prepare, "placers_s": placers_s, "searches_s": searches_s, "measured_s": measured,
         "slice_jobs": slice_estimate["jobs"], "slice_estimate": slice_estimate,
-        "measured_over_estimated": ratio, "paper_estimate": paper_estimate,
-        "paper_extrapolated_s": {k: paper_estimate[k] * ratio for k in ("sequential_s", "local_slurm_s", "cluster_s")},
+        "overrides": args.override, "measured_over_estimated": ratio, "paper_estimate": paper_estimate,
+        "paper_extrapolated_s": None if args.override else {
+            k: paper_estimate[k] * ratio for k in ("sequential_s", "local_slurm_s", "cluster_s")},
         "load_average": {"mean": sum(loads) / len(loads) if loads else None, "max": max(loads, default=None)},
     }
     write_json(ROOT / args.out, result)
+    scaled = "" if args.override else f", {hours(result['paper_extrapolated_s']['local_slurm_s'])} scaled by the slice"
+    whole = "" if args.override else \
+        f"; the whole experiment: {hours(paper_estimate['local_slurm_s'])} estimated on this machine's SLURM{scaled}"
     print(f"slice: measured {hours(measured)} against {hours(slice_estimate['local_slurm_s'])} estimated "
-          f"(x{ratio:.2f}); the whole experiment: {hours(paper_estimate['local_slurm_s'])} estimated on this "
-          f"machine's SLURM, {hours(result['paper_extrapolated_s']['local_slurm_s'])} scaled by the slice -> {args.out}")
+          f"(x{ratio:.2f}){whole} -> {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except TrinityError as exc:
+        print(f"paper_slice: error: {exc}", file=sys.stderr)
+        sys.exit(2)
