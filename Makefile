@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all test-slurm params estimate repro paper-slice remote push pull bench bench-export \
+.PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	search-table validate clean
 
 $(STAMP): pyproject.toml
@@ -44,6 +44,15 @@ repro: params  ## the main job: the default pipeline end to end (reports/, mlflo
 MODEL ?= inception_v3
 paper-slice: $(STAMP)  ## one model of the paper experiment through a SLURM and an MLflow server started here (hours)
 	$(PY) -m trinity.slurm -- $(PY) benchmarks/paper_slice.py --model $(MODEL) --out reports/paper_slice.json
+
+# The same path at a reduced budget (5 iterations, 20 imitation steps, small annealing budgets; ~15 min):
+# checks the path and the estimate's per-job figures, not the slice's time.
+SLICE_CHECK := $(foreach m,trinity trinity-warm hierarchical hierarchical-warm,--override ++methods.$(m).search.iterations=5) \
+	$(foreach m,trinity-warm hierarchical-warm,--override ++methods.$(m).search.warm_start_steps=20) \
+	--override ++methods.annealing.options.budget=200 --override ++methods.annealing-long.options.budget=2000
+paper-slice-check: $(STAMP)
+	$(PY) -m trinity.slurm -- $(PY) benchmarks/paper_slice.py --model tiny_cnn --out reports/paper_slice_check.json \
+		$(SLICE_CHECK)
 
 # Sharing outputs through DVC's remote `shared` (a folder beside the checkout unless `make remote URL=...`).
 remote: $(STAMP)  ## make URL (s3://..., ssh://..., a folder) this checkout's DVC remote

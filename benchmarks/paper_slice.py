@@ -89,7 +89,7 @@ def main() -> int:
     ratio = measured / slice_estimate["local_slurm_s"]
     result = {
         "model": args.model, "clusters": clusters, "placers": placers, "searches": searches, "seeds": seeds,
-        "iterations": int(paper.methods.trinity.search.iterations), "slots": slots,
+        "iterations": int(sliced.methods.trinity.search.iterations), "slots": slots,
         "prepare_s": prepare, "placers_s": placers_s, "searches_s": searches_s, "measured_s": measured,
         "slice_jobs": slice_estimate["jobs"], "slice_estimate": slice_estimate,
         "overrides": args.override, "measured_over_estimated": ratio, "paper_estimate": paper_estimate,
