@@ -132,3 +132,76 @@ class MLflowTracker(NullTracker):
     def close(self, status: str = "FINISHED") -> None:
         self.flush()
         self.client.set_terminated(self.run_id, status)
+
+
+class TrackingServer:
+    """`mlflow server` on this machine: a SQLite backend and an artifact root on disk under ``folder``, on a
+    free local port; stopped (with every process it started) when the block ends.
+
+        with TrackingServer("tracking") as server:   # server.uri: http://127.0.0.1:PORT
+            ...
+    """
+
+    def __init__(self, folder: str | os.PathLike, host: str = "127.0.0.1", port: int | None = None,
+                 start_timeout_s: float = 120):
+        from pathlib import Path
+
+        self.folder = Path(folder)
+        self.host, self.port = host, port
+        self.start_timeout_s = start_timeout_s
+        self.proc = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> TrackingServer:
+        import socket
+        import subprocess
+        import sys
+
+        from trinity.errors import TrinityError
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.port is None:
+            with socket.socket() as s:
+                s.bind((self.host, 0))
+                self.port = s.getsockname()[1]
+        log = open(self.folder / "server.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", self.host, "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{(self.folder / 'mlflow.db').resolve()}",
+             "--artifacts-destination", str((self.folder / "artifacts").resolve()), "--workers", "1"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            try:
+                open_store(self.uri, timeout_s=1)
+                return self
+            except TrinityError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.__exit__()
+                    raise TrinityError(f"mlflow server did not start (see {self.folder / 'server.log'})") from None
+                time.sleep(0.5)
+
+    def __exit__(self, *exc) -> None:
+        import signal
+        import subprocess
+
+        if self.proc is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # the server's whole session: gunicorn/uvicorn workers too
+            try:
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(timeout=20)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # a worker the server left behind
+        except ProcessLookupError:
+            pass
+        self.proc = None
