@@ -143,14 +143,18 @@ def write_rank_result(obj: Any) -> None:
 
 @contextmanager
 def throttle(factor: float) -> Iterator[None]:
-    """Make the block take ``factor`` times its wall time: a slower device, measured on this one.
+    """Make the block cost ``factor`` times its computation: a slower device, emulated on this one.
 
-    Local processes share this machine's cores, so heterogeneity is emulated: a worker of
-    speed 1/factor sleeps (factor - 1) x the time its computation took.
+    The rank busy-computes (factor - 1) x the CPU time the block's thread took, so a slowed rank holds
+    its core for as long as the slower device would compute, and gives nothing away to the other ranks
+    (a sleep would lend its core to them). CPU time rather than wall time: a rank time-sliced with another
+    on one core is not charged the other's share twice.
     """
     if factor < 1:
         raise ValueError(f"slowdown factor must be >= 1, got {factor}")
-    start = time.perf_counter()
+    start = time.thread_time()
     yield
     if factor > 1:
-        time.sleep((factor - 1) * (time.perf_counter() - start))
+        target = time.thread_time() + (factor - 1) * (time.thread_time() - start)
+        while time.thread_time() < target:
+            pass
