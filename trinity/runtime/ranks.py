@@ -32,9 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from trinity.fileio import read_json
 from trinity.runtime.links import LinkSpec, ShapedNodes
-from trinity.runtime.torchrun import ENV_OUT, ENV_THREADS, ENV_TIMEOUT
+from trinity.runtime.torchrun import ENV_OUT, ENV_THREADS, ENV_TIMEOUT, read_rank_results
 from trinity.runtime.workers import WorkerError
 
 MASTER_PORT = 29500  # inside a fresh namespace every port is free
@@ -127,13 +126,7 @@ def run_ranks(module: str, args: list[str], nproc: int, *, out_dir: Path, timeou
             _watch(module, procs, out_dir, timeout_s)
         finally:  # done, failed, timed out or interrupted: no rank outlives the call
             _kill(procs)
-    results = []
-    for r in range(nproc):
-        path = out_dir / f"rank{r}.json"
-        if not path.exists():
-            raise WorkerError(f"{module}: rank {r} exited without writing its result (log: {out_dir}/rank{r}.log)")
-        results.append(read_json(path))
-    return results
+    return read_rank_results(module, out_dir, nproc, f"{out_dir}/rank*.log")
 
 
 def _watch(module: str, procs: list[subprocess.Popen], out_dir: Path, timeout_s: float) -> None:

@@ -111,11 +111,16 @@ def run_torchrun(module: str, args: list[str], nproc: int, *, out_dir: Path, tim
             _kill_tree(proc)
     if returncode != 0:
         raise WorkerError(_failure(log_path.read_text(errors="replace"), module, returncode))
+    return read_rank_results(module, out_dir, nproc, log_path)
+
+
+def read_rank_results(module: str, out_dir: Path, nproc: int, log: Path | str) -> list[dict]:
+    """Every rank's result document (`write_rank_result`), by rank; a missing one names the rank."""
     results = []
     for rank in range(nproc):
         path = out_dir / f"rank{rank}.json"
         if not path.exists():
-            raise WorkerError(f"{module}: rank {rank} exited without writing its result (log: {log_path})")
+            raise WorkerError(f"{module}: rank {rank} exited without writing its result (log: {log})")
         results.append(read_json(path))
     return results
 
