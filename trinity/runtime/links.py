@@ -190,7 +190,9 @@ class ShapedNodes:
 
     def _shape(self, ns: str, dev: str) -> None:
         rate_bit = int(self.link.bandwidth_MBps * 8e6)
-        burst = max(64 * 1024, int(self.link.bandwidth_MBps * 1e6 / 1000))  # >= 1 ms of traffic, >= a GSO packet
+        # the bucket: 1 ms of traffic (what the kernel timer needs), at least a few frames; tbf splits larger
+        # GSO packets, so a small bucket does not stall them and small transfers get no free burst
+        burst = max(4096, int(self.link.bandwidth_MBps * 1e6 / 1000))
         tbf = ["tbf", "rate", f"{rate_bit}bit", "burst", str(burst), "latency", "200ms"]
         if self.link.latency_ms > 0:
             try:
