@@ -16,6 +16,7 @@ from trinity.data_parallel import (DasoConfig, DasoSchedule, DataParallelError, 
                                    epoch_plan, error_bound, precision_for, quantize, step_cost,
                                    time_to_target, train)
 from trinity.errors import ClusterError
+from trinity.runtime.links import LinkSpec
 from trinity.runtime.workers import WorkerError
 
 
@@ -219,10 +220,17 @@ def test_cluster_train_config_takes_ranks_nodes_and_slowdown_from_the_cluster():
     from trinity.data_parallel.measure import cluster_train_config
 
     c = cluster_train_config(load_cluster("local4h"), "transformer_lm", 8)
-    assert (c.nproc, c.procs_per_node, c.slow_ranks, c.slowdown) == (4, 1, (2, 3), 2.0)
-    assert c.link is None and (c.daso.warmup_epochs, c.daso.cooldown_epochs) == (0, 0) and c.global_batch == 8
-    nodes = cluster_train_config(load_cluster("cpu2x2"), "transformer_lm", 8)
+    assert (c.nproc, c.procs_per_node, c.slow_ranks, c.slowdown) == (4, 2, (2, 3), 2.0)
+    assert c.link == LinkSpec(bandwidth_MBps=100.0, latency_ms=0.0) and (c.daso.warmup_epochs, c.daso.cooldown_epochs) == (0, 0) and c.global_batch == 8
+    nodes = cluster_train_config(load_cluster("cpu2x2"), "transformer_lm", 8)  # 1 ms: 0.9 above loopback's
     assert (nodes.procs_per_node, nodes.slow_ranks, nodes.slowdown) == (2, (), 1.0)
+    assert nodes.link == LinkSpec(bandwidth_MBps=100.0, latency_ms=0.9)
+    own_nodes = cluster_from_dict({"devices": [{"name": n, "memory_GB": 8} for n in "ab"], "default_link": LINK})
+    assert own_nodes.nodes == ["a", "b"] and cluster_train_config(own_nodes, "transformer_lm", 8).link == \
+        LinkSpec(bandwidth_MBps=2000.0, latency_ms=0.0)
+    one_node = cluster_from_dict({"devices": [{"name": n, "node": "x", "memory_GB": 8} for n in "ab"],
+                                  "default_link": LINK})
+    assert cluster_train_config(one_node, "transformer_lm", 8).link is None  # loopback only
     with pytest.raises(DataParallelError, match="one factor"):  # speeds 2, 2, 1, 0.5: factors 2 and 4
         cluster_train_config(load_cluster("hetero4"), "transformer_lm", 8)
     split = cluster_from_dict({"devices": [{"name": n, "node": k, "memory_GB": 8} for n, k in
@@ -237,8 +245,9 @@ def test_cluster_train_config_takes_ranks_nodes_and_slowdown_from_the_cluster():
 def test_measure_step_trains_a_registered_model_with_shares_by_speed(tmp_path):
     from trinity.data_parallel.measure import measure_step
 
-    cluster = cluster_from_dict({"devices": [{"name": "fast", "speed": 1.0, "memory_GB": 8},
-                                             {"name": "slow", "speed": 0.5, "memory_GB": 8}], "default_link": LINK})
+    cluster = cluster_from_dict({"devices": [{"name": "fast", "speed": 1.0, "memory_GB": 8, "node": "n"},
+                                             {"name": "slow", "speed": 0.5, "memory_GB": 8, "node": "n"}],
+                                 "default_link": LINK})
     r = measure_step("hps", cluster, "transformer_lm", 8, steps=5, out_dir=tmp_path, timeout_s=90,
                      options={"n_layers": 1, "d_model": 32, "d_ff": 64, "seq_len": 16, "vocab_size": 50})
     assert r["slowdown"] == [1.0, 2.0] and r["step_time_us"] > 0 and r["sent_bytes_per_step"] > 0

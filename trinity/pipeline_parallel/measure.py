@@ -1,9 +1,12 @@
-"""Run pipeline plans and data parallelism for real on local processes, through torchrun.
+"""Run pipeline plans and data parallelism for real on local processes (`trinity.runtime.ranks`).
 
 `measure` starts one rank per stage of a plan (`trinity.pipeline_parallel.run`), `measure_data_parallel`
 one rank per device; rank r of a plan runs on device ``plan.devices[r]`` and so is throttled by that
-device's ``slowdown`` factor. `local_cluster` is the cluster those processes form for the cost model:
-device i has speed 1 / slowdown[i] (speed 1 = one process with ``threads`` torch threads, as profiled).
+device's ``slowdown`` factor. Given the ``cluster`` the ranks emulate, each rank runs in its device's
+node, and traffic between nodes crosses the cluster's inter-node link shaped by the kernel
+(`trinity.runtime.links.cluster_network`); without one, every rank talks over loopback.
+`local_cluster` is the cluster those processes form for the cost model: device i has speed
+1 / slowdown[i] (speed 1 = one process with ``threads`` torch threads, as profiled).
 
 Measured figures (all from the same steps):
 
@@ -87,6 +90,16 @@ def _common_args(model_name: str, batch: int, steps: int, warmup: int, options: 
             "--steps", str(steps), "--warmup", str(warmup)]
 
 
+def _run(args: list[str], devices: Sequence[int], cluster: Cluster | None, out_dir: Path, timeout_s: float,
+         threads: int) -> list[dict]:
+    """One rank per entry of ``devices``, in that device's node of ``cluster`` (module docstring)."""
+    from trinity.runtime.links import cluster_network
+    from trinity.runtime.ranks import run_ranks
+    node, link = cluster_network(cluster) if cluster is not None else ([0] * (max(devices) + 1), None)
+    return run_ranks(MODULE, args, len(devices), out_dir=out_dir, timeout_s=timeout_s, threads=threads,
+                     rank_nodes=[node[d] for d in devices], link=link)
+
+
 def measure(plan: PipelinePlan, model_name: str, batch: int, *, steps: int = 10, warmup: int = 2,
             slowdown: Sequence[float] = (), timeout_s: float = 300.0, out_dir: str | Path,
             options: dict | None = None, threads: int = 1, profile=None, cluster: Cluster | None = None,
@@ -96,7 +109,6 @@ def measure(plan: PipelinePlan, model_name: str, batch: int, *, steps: int = 10,
     ``slowdown[d]`` throttles the rank of device d (default 1). Given a ``profile`` and ``cluster``,
     the plan is refused before anything starts if a stage does not fit its device's memory.
     """
-    from trinity.runtime.torchrun import run_torchrun
     plan.check(batch=batch, n_devices=len(slowdown) if slowdown else None)
     if profile is not None and cluster is not None:
         from trinity.pipeline_parallel.cost import require_fits
@@ -107,7 +119,7 @@ def measure(plan: PipelinePlan, model_name: str, batch: int, *, steps: int = 10,
     plan.save(plan_path)
     args = [*_common_args(model_name, batch, steps, warmup, options), "--mode", "pipeline",
             "--plan", str(plan_path.resolve()), "--slowdown", ",".join(f"{f:g}" for f in factors), *extra_args]
-    results = run_torchrun(MODULE, args, plan.n_stages, out_dir=out_dir, timeout_s=timeout_s, threads=threads)
+    results = _run(args, plan.devices, cluster, out_dir, timeout_s, threads)
     summary = _summary(results, {"mode": "pipeline", "plan": plan.to_dict(), "slowdown": factors})
     write_json(out_dir / "summary.json", summary)
     return summary
@@ -116,9 +128,8 @@ def measure(plan: PipelinePlan, model_name: str, batch: int, *, steps: int = 10,
 def measure_data_parallel(model_name: str, batch: int, devices: Sequence[int] | None = None, *, steps: int = 10,
                           warmup: int = 2, slowdown: Sequence[float] = (), timeout_s: float = 300.0,
                           out_dir: str | Path, options: dict | None = None, threads: int = 1,
-                          overlap: bool = False) -> dict:
+                          overlap: bool = False, cluster: Cluster | None = None) -> dict:
     """BSP data parallelism for real on ``devices`` (default: one per slowdown factor); ``overlap``: torch DDP."""
-    from trinity.runtime.torchrun import run_torchrun
     devices = list(range(len(slowdown) or 1)) if devices is None else list(devices)
     if batch % len(devices):
         raise PipelineError(f"{len(devices)} devices do not divide the batch of {batch}", field="devices")
@@ -126,7 +137,7 @@ def measure_data_parallel(model_name: str, batch: int, devices: Sequence[int] | 
     args = [*_common_args(model_name, batch, steps, warmup, options), "--mode", "ddp" if overlap else "dp",
             "--slowdown", ",".join(f"{f:g}" for f in factors)]
     out_dir = Path(out_dir)
-    results = run_torchrun(MODULE, args, len(devices), out_dir=out_dir, timeout_s=timeout_s, threads=threads)
+    results = _run(args, devices, cluster, out_dir, timeout_s, threads)
     summary = _summary(results, {"mode": "ddp" if overlap else "dp", "devices": devices, "slowdown": factors})
     write_json(out_dir / "summary.json", summary)
     return summary

@@ -1,8 +1,9 @@
 """The worker program of real pipeline and data-parallel runs: ``python -m trinity.pipeline_parallel.run``.
 
-Started by torchrun (`trinity.runtime.torchrun.run_torchrun` locally; ``torchrun --nnodes ...`` across
-machines), one process per rank. Every rank builds the model from the same seed, so the weights agree
-without a broadcast, and trains on the model's fixed example batch with SGD (momentum 0.9).
+Started by `trinity.runtime.ranks.run_ranks` locally (ranks pinned to cores, nodes joined by
+kernel-shaped links) or ``torchrun --nnodes ...`` across machines, one process per rank. Every rank
+builds the model from the same seed, so the weights agree without a broadcast, and trains on the
+model's fixed example batch with SGD (momentum 0.9).
 
 * ``--mode pipeline --plan plan.json``: rank s runs stage s of the plan (its layers as an
   ``nn.Sequential``) as a ``torch.distributed.pipelining.PipelineStage`` under ``ScheduleGPipe`` or
@@ -13,8 +14,8 @@ without a broadcast, and trains on the model's fixed example batch with SGD (mom
 * ``--mode ddp``: PyTorch's DistributedDataParallel (its buckets overlap the all-reduce with backward).
 
 Heterogeneity is a measured slowdown: rank r's computation (each forward and backward chunk, the
-loss, the optimizer step) runs inside ``throttle(slowdown[r])``, which sleeps (factor - 1) x the
-block's wall time after it, so a factor-2 rank is a device of half speed.
+loss, the optimizer step) runs inside ``throttle(slowdown[r])``, which busy-computes (factor - 1) x the
+block's CPU time after it, holding the rank's core, so a factor-2 rank is a device of half speed.
 
 Each rank writes (``write_rank_result``): its step times (barrier to barrier, microseconds) after
 ``--warmup`` untimed steps and their median, its compute intervals per step (to find the time during

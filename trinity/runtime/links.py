@@ -190,9 +190,9 @@ class ShapedNodes:
 
     def _shape(self, ns: str, dev: str) -> None:
         rate_bit = int(self.link.bandwidth_MBps * 8e6)
-        # the bucket: 1 ms of traffic (what the kernel timer needs), at least a few frames; tbf splits larger
+        # the bucket: 1 ms of traffic (what the kernel timer needs), at least one frame; tbf splits larger
         # GSO packets, so a small bucket does not stall them and small transfers get no free burst
-        burst = max(4096, int(self.link.bandwidth_MBps * 1e6 / 1000))
+        burst = max(1600, int(self.link.bandwidth_MBps * 1e6 / 1000))
         tbf = ["tbf", "rate", f"{rate_bit}bit", "burst", str(burst), "latency", "200ms"]
         if self.link.latency_ms > 0:
             try:
@@ -206,3 +206,31 @@ class ShapedNodes:
             _sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", *tbf)
         else:
             _sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", *tbf)
+
+
+#: the one-way latency of a small gloo transfer between local processes with no shaping (DESIGN.md:
+#: ~0.1 ms): a cluster's inter-node latency above it is what netem must add
+LOOPBACK_LATENCY_US = 100.0
+
+
+def cluster_network(cluster) -> tuple[list[int], LinkSpec | None]:
+    """What a `Cluster` of local ranks asks of the network: each device's node index (in order of first
+    appearance of its ``node``) and the link between nodes (None for one node).
+
+    Every pair of devices on different nodes must have the same link (one shaped port per node);
+    bandwidth is the link's, latency what it has above `LOOPBACK_LATENCY_US`. Links inside a node are
+    the node's loopback, whatever the cluster says of them (the cost model uses its figures).
+    """
+    names = cluster.nodes
+    order = list(dict.fromkeys(names))
+    node = [order.index(n) for n in names]
+    if len(order) == 1:
+        return node, None
+    pairs = {(float(cluster.bandwidth[i, j]), float(cluster.latency[i, j]))
+             for i in range(cluster.n_devices) for j in range(cluster.n_devices) if node[i] != node[j]}
+    if len(pairs) != 1:
+        raise LinkError(f"kernel-shaped links take one link between every two nodes, {cluster.name} has "
+                        f"{len(pairs)}", field="links")
+    (bandwidth, latency), = pairs  # bytes per microsecond = MB/s; microseconds
+    return node, LinkSpec(bandwidth_MBps=bandwidth,
+                          latency_ms=max(0.0, latency - LOOPBACK_LATENCY_US) / 1e3).validate("links")

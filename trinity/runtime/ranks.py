@@ -5,10 +5,10 @@ environment ``init_process_group("gloo")`` reads (RANK, WORLD_SIZE, MASTER_ADDR,
 worker modules are the same as under torchrun (`trinity.runtime.torchrun`), which stays the way to
 run them across real machines. What this launcher adds, for emulated clusters on one machine:
 
-* nodes: ranks ``[k i, k (i + 1))`` are node i (``procs_per_node`` = k). With a `LinkSpec`, each node is
-  a network namespace of `ShapedNodes` and its ranks bind there (``GLOO_SOCKET_IFNAME``): traffic
-  between nodes crosses kernel-shaped veths, node-local traffic stays on the node's loopback. Without
-  one, every rank talks over this machine's loopback.
+* nodes: ranks ``[k i, k (i + 1))`` are node i (``procs_per_node`` = k), or ``rank_nodes[r]`` is rank
+  r's. With a `LinkSpec`, each node is a network namespace of `ShapedNodes` and its ranks bind there
+  (``GLOO_SOCKET_IFNAME``): traffic between nodes crosses kernel-shaped veths, node-local traffic stays
+  on the node's loopback. Without one, every rank talks over this machine's loopback.
 * cores: rank r is pinned to core ``r mod n_cores`` of this process's affinity (``taskset``), so a
   rank's computation, and a slowed rank's busy-wait (`trinity.runtime.torchrun.throttle`), holds its own
   core; with more ranks than cores, ranks sharing a core are time-sliced on it by the kernel.
@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 from trinity.runtime.links import LinkSpec, ShapedNodes
 from trinity.runtime.torchrun import ENV_OUT, ENV_THREADS, ENV_TIMEOUT, read_rank_results
@@ -87,7 +88,8 @@ def _reason(code: int) -> str:
 
 
 def run_ranks(module: str, args: list[str], nproc: int, *, out_dir: Path, timeout_s: float,
-              procs_per_node: int | None = None, link: LinkSpec | None = None, threads: int | list[int] = 1,
+              procs_per_node: int | None = None, rank_nodes: Sequence[int] | None = None,
+              link: LinkSpec | None = None, threads: int | list[int] = 1,
               collective_timeout_s: float | None = None, pin: bool = True,
               env: dict[str, str] | None = None) -> list[dict]:
     """Run ``module`` on ``nproc`` ranks (module docstring); each rank's result document, by rank."""
@@ -98,26 +100,32 @@ def run_ranks(module: str, args: list[str], nproc: int, *, out_dir: Path, timeou
     k = procs_per_node or nproc
     if nproc % k:
         raise WorkerError(f"must divide nproc ({nproc}), got {k}", field="procs_per_node")
+    nodes = list(rank_nodes) if rank_nodes is not None else [r // k for r in range(nproc)]
+    if len(nodes) != nproc:
+        raise WorkerError(f"need one node per rank ({nproc}), got {nodes}", field="rank_nodes")
+    nodes = [list(dict.fromkeys(nodes)).index(n) for n in nodes]  # numbered from rank 0's node, 0
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in [*out_dir.glob("rank*.json"), *out_dir.glob("rank*.log")]:
         old.unlink()
     thread_list = [threads] * nproc if isinstance(threads, int) else list(threads)
-    net = ShapedNodes(nproc // k, link) if link is not None else contextlib.nullcontext()
+    net = ShapedNodes(max(nodes) + 1, link) if link is not None else contextlib.nullcontext()
     procs: list[subprocess.Popen] = []
     with net:
         master = (ShapedNodes.address(0), MASTER_PORT) if link is not None else ("127.0.0.1", _free_port())
         try:
             for r in range(nproc):
-                rank_env = {**os.environ, **(env or {}), "RANK": str(r), "LOCAL_RANK": str(r % k),
-                            "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(k), "MASTER_ADDR": master[0], "MASTER_PORT": str(master[1]),
+                rank_env = {**os.environ, **(env or {}), "RANK": str(r), "WORLD_SIZE": str(nproc),
+                            "LOCAL_RANK": str(nodes[:r].count(nodes[r])),
+                            "LOCAL_WORLD_SIZE": str(nodes.count(nodes[r])),
+                            "MASTER_ADDR": master[0], "MASTER_PORT": str(master[1]),
                             "GLOO_SOCKET_IFNAME": ShapedNodes.interface if link is not None else "lo",
                             ENV_OUT: str(out_dir.resolve()), ENV_THREADS: str(thread_list[r]),
                             "OMP_NUM_THREADS": str(thread_list[r]),
                             ENV_TIMEOUT: str(collective_timeout_s or max(10.0, timeout_s / 2))}
                 argv = [sys.executable, "-m", module, *args]
                 if link is not None:
-                    argv = net.command(r // k, argv)
+                    argv = net.command(nodes[r], argv)
                 if pin:
                     argv = ["taskset", "-c", str(core_of(r)), *argv]
                 with open(out_dir / f"rank{r}.log", "w") as log:
