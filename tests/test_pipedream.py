@@ -84,3 +84,22 @@ def test_graded_on_the_1f1b_step():
     cost = predict_replicated(ReplicatedPlan((0, 3), ((0, 1),), 2, "gpipe"), three, cluster([1, 1]))
     assert cost.step_time_us == pytest.approx(40 + 80 + 8 + 16)
     assert list(cost.sent_bytes) == [600, 600]  # each replica sends 2 (k - 1) / k x 600 bytes in the ring
+
+
+def test_a_plan_with_replicated_stages_runs_as_lanes(tmp_path):
+    """2 stages x 2 replicas on 4 local ranks: two pipelines of half the batch, gradients averaged per stage."""
+    import json
+
+    from trinity.pipeline_parallel import PipelineError, measure
+    tiny = {"d_model": 16, "d_ff": 32, "seq_len": 8, "vocab_size": 50, "n_heads": 2}
+    plan = ReplicatedPlan((0, 2, 4), ((0, 1), (2, 3)), 4, "1f1b")
+    r = measure(plan, "transformer_lm", 8, steps=2, warmup=1, out_dir=tmp_path, options=tiny, timeout_s=120)
+    assert r["step_time_us"] > 0 and r["loss"] is not None and r["plan"]["replicas"] == [[0, 1], [2, 3]]
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(4)]
+    assert [(x["stage"], x["lane"]) for x in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    whole = measure(ReplicatedPlan((0, 4), ((0, 1, 2, 3),), 4, "1f1b"), "transformer_lm", 8, steps=1, warmup=0,
+                    out_dir=tmp_path / "dp", options=tiny, timeout_s=120)  # one stage on all: data parallelism
+    assert whole["loss"] is not None
+    with pytest.raises(PipelineError, match="same number of replicas"):
+        measure(ReplicatedPlan((0, 2, 4), ((0, 1), (2,)), 4, "1f1b"), "transformer_lm", 8, out_dir=tmp_path / "x",
+                options=tiny)

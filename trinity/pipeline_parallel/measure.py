@@ -100,27 +100,42 @@ def _run(args: list[str], devices: Sequence[int], cluster: Cluster | None, out_d
                      rank_nodes=[node[d] for d in devices], link=link)
 
 
-def measure(plan: PipelinePlan, model_name: str, batch: int, *, steps: int = 10, warmup: int = 2,
+def measure(plan, model_name: str, batch: int, *, steps: int = 10, warmup: int = 2,
             slowdown: Sequence[float] = (), timeout_s: float = 300.0, out_dir: str | Path,
             options: dict | None = None, threads: int = 1, profile=None, cluster: Cluster | None = None,
             extra_args: Sequence[str] = ()) -> dict:
-    """Train ``plan`` for real (one local rank per stage); the measured figures (module docstring).
+    """Train ``plan`` for real (one local rank per stage and replica); the measured figures (module docstring).
 
-    ``slowdown[d]`` throttles the rank of device d (default 1). Given a ``profile`` and ``cluster``,
-    the plan is refused before anything starts if a stage does not fit its device's memory.
+    ``plan`` is a `PipelinePlan` or a `ReplicatedPlan` whose stages all have the same number of replicas
+    (run as that many lanes: `trinity.pipeline_parallel.run`). ``slowdown[d]`` throttles the rank of
+    device d (default 1). Given a ``profile`` and ``cluster``, a plan without replicas is refused before
+    anything starts if a stage does not fit its device's memory.
     """
-    plan.check(batch=batch, n_devices=len(slowdown) if slowdown else None)
-    if profile is not None and cluster is not None:
-        from trinity.pipeline_parallel.cost import require_fits
-        require_fits(plan, profile, cluster, batch)
-    factors = [float(slowdown[d]) if slowdown else 1.0 for d in plan.devices]
+    from trinity.pipeline_parallel.pipedream import ReplicatedPlan
+    if isinstance(plan, ReplicatedPlan):
+        K = len(plan.replicas[0])
+        if any(len(r) != K for r in plan.replicas):
+            raise PipelineError(f"real runs take the same number of replicas for every stage, got "
+                                f"{[len(r) for r in plan.replicas]}", field="replicas")
+        devices = [plan.replicas[s][k] for s in range(plan.n_stages) for k in range(K)]
+        record = plan.to_dict()
+        plan = PipelinePlan(plan.bounds, tuple(r[0] for r in plan.replicas), plan.micro_batches, plan.schedule)
+        plan.check(batch=batch)
+    else:
+        K, devices, record = 1, list(plan.devices), plan.to_dict()
+        plan.check(batch=batch, n_devices=len(slowdown) if slowdown else None)
+        if profile is not None and cluster is not None:
+            from trinity.pipeline_parallel.cost import require_fits
+            require_fits(plan, profile, cluster, batch)
+    factors = [float(slowdown[d]) if slowdown else 1.0 for d in devices]
     out_dir = Path(out_dir)
     plan_path = out_dir / "plan.json"
     plan.save(plan_path)
     args = [*_common_args(model_name, batch, steps, warmup, options), "--mode", "pipeline",
-            "--plan", str(plan_path.resolve()), "--slowdown", ",".join(f"{f:g}" for f in factors), *extra_args]
-    results = _run(args, plan.devices, cluster, out_dir, timeout_s, threads)
-    summary = _summary(results, {"mode": "pipeline", "plan": plan.to_dict(), "slowdown": factors})
+            "--plan", str(plan_path.resolve()), "--replicas", str(K),
+            "--slowdown", ",".join(f"{f:g}" for f in factors), *extra_args]
+    results = _run(args, devices, cluster, out_dir, timeout_s, threads)
+    summary = _summary(results, {"mode": "pipeline", "plan": record, "slowdown": factors})
     write_json(out_dir / "summary.json", summary)
     return summary
 

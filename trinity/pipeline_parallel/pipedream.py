@@ -33,7 +33,8 @@ from typing import Sequence
 import numpy as np
 
 from trinity.cluster import Cluster, cluster_from_dict
-from trinity.fileio import write_json
+from trinity.errors import FormatError
+from trinity.fileio import read_json, write_json
 from trinity.pipeline_parallel.cost import lower_bound_us, simulate, stage_costs
 from trinity.pipeline_parallel.plan import SCHEDULES, PipelineError, PipelinePlan
 from trinity.profile.layers import LayerProfile
@@ -89,6 +90,15 @@ class ReplicatedPlan:
 
     def save(self, path: str | Path) -> None:
         write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ReplicatedPlan":
+        doc = read_json(path)
+        try:
+            return cls(tuple(doc["bounds"]), tuple(tuple(r) for r in doc["replicas"]), int(doc["micro_batches"]),
+                       str(doc["schedule"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise FormatError(f"not a replicated pipeline plan ({e})", source=str(path)) from None
 
 
 @dataclass(frozen=True)
