@@ -196,3 +196,22 @@ def test_a_plan_across_two_nodes_pays_the_shaped_link(tmp_path):
                                  options=json.loads(TINY), cluster=cluster, timeout_s=120)["step_time_us"]
     assert steps[0.00005] > steps[2.0] + 4 * 15e3
     assert namespaces_of(os.getpid()) == []
+
+
+def test_random_plans_are_uniform_over_the_space_and_random_search_keeps_the_best():
+    from collections import Counter
+
+    from trinity.pipeline_parallel import enumerate_plans, random_search
+    from trinity.pipeline_parallel.partition import random_plan
+    rng = np.random.default_rng(0)
+    space = {p.key for p in enumerate_plans(3, 3)}  # 3 + 2 x 6 + 1 x 6 = 21 plans
+    draws = Counter(random_plan(rng, 3, 3).key for _ in range(21_000))
+    assert set(draws) == space and len(space) == count_plans(3, 3) == 21
+    assert max(draws.values()) < 1200 and min(draws.values()) > 800  # 1000 each, +/- 6 sigma
+    prof, c = random_case(random.Random(1), 6, 3)
+    found = random_search(prof, c, evaluations=200, seed=3)
+    again = random_search(prof, c, evaluations=200, seed=3)
+    assert found == again and found.value == pytest.approx(predict(found.plan, prof, c).step_time_us)
+    assert found.value >= exhaustive_search(prof, c).value
+    with pytest.raises(PipelineError, match="evaluations"):
+        random_search(prof, c, evaluations=0)

@@ -25,7 +25,7 @@ from trinity.stages import config
 
 def plan_for(cfg: DictConfig, job: config.Job, profile, cluster) -> tuple[object | None, dict]:
     """(the method's plan, or None for data parallelism; what its search did)."""
-    from trinity.pipeline_parallel import TappConfig, even_split, tapp_search
+    from trinity.pipeline_parallel import TappConfig, even_split, pipedream_partition, random_search, tapp_search
     from trinity.pipeline_parallel.pipedream import pipedream_plan
 
     method, pp = cfg.methods[job.method], cfg.pipeline_parallel
@@ -42,13 +42,19 @@ def plan_for(cfg: DictConfig, job: config.Job, profile, cluster) -> tuple[object
                                                         "replicated": found.plan.replicated}
     if method.partitioner == "even":
         return even_split(profile, cluster, **shape, **options), {}
+    if method.partitioner == "bottleneck-dp":  # the exact optimum of PipeDream's objective, heterogeneous devices
+        return pipedream_partition(profile, cluster, **shape, **options), {}
+    if method.partitioner == "random":
+        found = random_search(profile, cluster, **shape, seed=job.seed, **options)
+        return found.plan, {"evaluations": found.evaluations}
     if method.partitioner == "tapp":
         found = tapp_search(profile, cluster, **shape, config=config.typed(TappConfig, options, {"seed": job.seed},
                                                                              where=f"methods.{job.method}.options"),
                             show_progress=True)
         return found.plan, {"history": found.history, "evaluations": found.evaluations,
                             "search_seconds": found.seconds, "sampled_best_ms": found.sampled_best_us / 1e3}
-    raise TrinityError(f"unknown partitioner {method.partitioner!r}; tapp, pipedream, even or dp",
+    raise TrinityError(f"unknown partitioner {method.partitioner!r}; tapp, pipedream, bottleneck-dp, random, even "
+                       f"or dp",
                        field=f"methods.{job.method}.partitioner")
 
 
