@@ -122,3 +122,15 @@ def test_loopback_ranks_and_a_hang_times_out(tmp_path):
     with pytest.raises(WorkerError, match="no result within 15 s"):
         _run("hang", tmp_path / "hang", timeout_s=15, collective_timeout_s=60)
     _no_leftovers()
+
+
+def test_cluster_network_reads_nodes_and_the_one_inter_node_link():
+    from trinity.cluster import cluster_from_dict, load_cluster
+    from trinity.runtime.links import cluster_network
+    assert cluster_network(load_cluster("local4h")) == ([0, 0, 1, 1], LinkSpec(bandwidth_MBps=100.0, latency_ms=0.0))
+    assert cluster_network(load_cluster("hetero8"))[1] == LinkSpec(bandwidth_MBps=1250.0, latency_ms=0.0)
+    uneven = cluster_from_dict({"devices": [{"name": n, "node": n, "memory_GB": 8} for n in "abc"],
+                                "default_link": {"bandwidth_GBps": 0.1, "latency_us": 100},
+                                "links": [{"src": "a", "dst": "b", "bandwidth_GBps": 1.0, "latency_us": 100}]})
+    with pytest.raises(LinkError, match="links: kernel-shaped links take one link between every two nodes"):
+        cluster_network(uneven)
