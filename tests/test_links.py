@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import os
 import shutil
 import subprocess
@@ -134,3 +135,42 @@ def test_cluster_network_reads_nodes_and_the_one_inter_node_link():
                                 "links": [{"src": "a", "dst": "b", "bandwidth_GBps": 1.0, "latency_us": 100}]})
     with pytest.raises(LinkError, match="links: kernel-shaped links take one link between every two nodes"):
         cluster_network(uneven)
+
+
+@needs_netns
+def test_sigterm_to_a_stage_mid_run_leaves_no_rank_and_no_namespace(tmp_path):
+    """As DVC or a scheduler stops a stage: SIGTERM becomes an exception, and run_ranks' cleanup runs."""
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(WORKERS)!r})
+from trinity.stages import _sigterm_as_interrupt
+from trinity.runtime.links import LinkSpec
+from trinity.runtime.ranks import run_ranks
+signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+env = {{"PYTHONPATH": os.pathsep.join([{str(WORKERS)!r}, os.environ.get("PYTHONPATH", "")])}}
+run_ranks("allreduce_worker", ["hang"], 4, out_dir={str(tmp_path)!r}, timeout_s=300, procs_per_node=2,
+          link=LinkSpec(), env=env, collective_timeout_s=300)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("rank*.log"))) < 4 or len(namespaces_of(proc.pid)) < 3:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    time.sleep(2)  # the ranks are up, rank 1 hangs
+    assert len(_ranks_of(tmp_path)) == 4
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) != 0
+    assert namespaces_of(proc.pid) == []
+    assert _ranks_of(tmp_path) == []
+
+
+def _ranks_of(out_dir) -> list:
+    """Processes started as ranks writing into ``out_dir`` (their environment names it)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("TRINITY_RANK_OUT") == str(out_dir.resolve()):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
