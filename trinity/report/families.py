@@ -71,3 +71,19 @@ def errors(table: pd.DataFrame) -> pd.DataFrame:
                  "median_abs_error": float(err.median()), "max_abs_error": float(err.max()),
                  "cases": len(cases), "winner_predicted": picked})
     return pd.DataFrame(rows).round(4)
+
+
+def measured(results_dir: Path) -> pd.DataFrame:
+    """Every real run of the measure stages (``results/measure/<model>/<cluster>-<method>.metrics.json``) with
+    its prediction: one row per run, sorted by measured step time within each model x cluster."""
+    rows = []
+    for path in sorted((Path(results_dir) / "measure").glob("*/*-*.metrics.json")):  # <cluster>-<method>
+        m = read_json(path)
+        real, sim = m.get("real_step_ms"), m.get("sim_step_ms")
+        rows.append({"model": m["model"], "cluster": m["cluster"], "family": m["family"], "method": m["method"],
+                     "sim_step_ms": sim, "real_step_ms": real,
+                     "error": None if real is None else (sim - real) / real, "plan": m.get("plan", "")})
+    table = pd.DataFrame(rows)
+    if len(table):
+        table = table.sort_values(["model", "cluster", "real_step_ms"]).reset_index(drop=True)
+    return table.round(4)
