@@ -122,6 +122,7 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
     side_by_side = families.side_by_side(results)
     if len(side_by_side):
         w.csv("families.csv", side_by_side)
+        w.csv("families_errors.csv", families.errors(side_by_side))
         families.plot_measured(side_by_side, w.path("figures/families_measured.png"))
 
     facts = summary.metrics(search, cases, best, checked)

@@ -63,11 +63,13 @@ def setup(config: dict) -> str:
     """The runs' setting in one sentence, from a result's training config."""
     if not config:
         return ""
-    link = config.get("link", {})
+    link = config.get("link") or {}
     slow = ", ".join(str(r) for r in config.get("slow_ranks", [])) or "none"
-    return (f"{config.get('nproc')} local processes in nodes of {config.get('procs_per_node')}; worker(s) {slow} "
-            f"slowed {config.get('slowdown')}x (each sleeps (x - 1) times its compute time); traffic between "
-            f"nodes delayed by {link.get('latency_ms')} ms + bytes / {link.get('bandwidth_MBps')} MB/s; "
+    between = (f"each node a network namespace whose port the kernel shapes to {link.get('bandwidth_MBps')} MB/s "
+               f"(tc tbf) + {link.get('latency_ms')} ms" if link else "every rank on loopback")
+    return (f"{config.get('nproc')} local processes in nodes of {config.get('procs_per_node')}, pinned to the "
+            f"machine's cores round robin; worker(s) {slow} slowed {config.get('slowdown')}x (each busy-computes "
+            f"(x - 1) times its compute time, holding its core); between nodes {between}; "
             f"{config.get('data')} data, target validation loss {config.get('target_val_loss')}, "
             f"{config.get('epochs')} epochs.")
 

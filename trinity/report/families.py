@@ -53,3 +53,37 @@ def plot_measured(table: pd.DataFrame, path) -> bool:
     fig.suptitle("pipelines and data parallelism: predicted and measured on local ranks")
     _save(fig, path)
     return True
+
+
+def errors(table: pd.DataFrame) -> pd.DataFrame:
+    """Per family, over the entries run for real: how many, the median and largest |predicted - measured| /
+    measured, and in how many cases (model x cluster) the predicted winner is the measured one."""
+    real = table[pd.to_numeric(table.get("real_step_ms"), errors="coerce").notna()] if len(table) else table
+    if not len(real):
+        return pd.DataFrame()
+    err = (real["step_time_ms"].astype(float) - real["real_step_ms"].astype(float)).abs() / \
+        real["real_step_ms"].astype(float)
+    rows = [{"family": fam, "entries": int(len(e)), "median_abs_error": float(e.median()),
+             "max_abs_error": float(e.max())} for fam, e in err.groupby(real["family"], sort=False)]
+    cases = real.groupby(["model", "cluster"], sort=False)
+    picked = sum(bool((c["winner"] & c["measured_winner"].fillna(False).astype(bool)).any()) for _, c in cases)
+    rows.append({"family": "all (winner predicted)", "entries": int(len(real)),
+                 "median_abs_error": float(err.median()), "max_abs_error": float(err.max()),
+                 "cases": len(cases), "winner_predicted": picked})
+    return pd.DataFrame(rows).round(4)
+
+
+def measured(results_dir: Path) -> pd.DataFrame:
+    """Every real run of the measure stages (``results/measure/<model>/<cluster>-<method>.metrics.json``) with
+    its prediction: one row per run, sorted by measured step time within each model x cluster."""
+    rows = []
+    for path in sorted((Path(results_dir) / "measure").glob("*/*-*.metrics.json")):  # <cluster>-<method>
+        m = read_json(path)
+        real, sim = m.get("real_step_ms"), m.get("sim_step_ms")
+        rows.append({"model": m["model"], "cluster": m["cluster"], "family": m["family"], "method": m["method"],
+                     "sim_step_ms": sim, "real_step_ms": real,
+                     "error": None if real is None else (sim - real) / real, "plan": m.get("plan", "")})
+    table = pd.DataFrame(rows)
+    if len(table):
+        table = table.sort_values(["model", "cluster", "real_step_ms"]).reset_index(drop=True)
+    return table.round(4)

@@ -57,7 +57,8 @@ def compose(overrides: list[str] = (), config_dir: str | Path = CONF_DIR) -> Dic
 #: which method kinds each list of `run` takes
 RUN_KINDS = {"placers": ("placer",), "searches": ("search", "local-search"),
              "regime.placers": ("placer",), "regime.searches": ("search", "local-search"),
-             "data_parallel.methods": ("data-parallel",), "pipeline_parallel.methods": ("pipeline-parallel",)}
+             "data_parallel.methods": ("data-parallel",), "pipeline_parallel.methods": ("pipeline-parallel",),
+             "pipeline_parallel_large.methods": ("pipeline-parallel",)}
 
 
 def check_run(cfg: DictConfig) -> None:
@@ -65,13 +66,14 @@ def check_run(cfg: DictConfig) -> None:
     run = cfg.run
     for key, table in (("models", "models"), ("graphs", "models"), ("clusters", "clusters"), ("validate", "models"),
                        ("pipeline_parallel.models", "models"), ("pipeline_parallel.clusters", "clusters"),
-                       ("regime.models", "models"), ("regime.clusters", "clusters")):
+                       ("regime.models", "models"), ("regime.clusters", "clusters"),
+                       ("pipeline_parallel_large.models", "models"), ("pipeline_parallel_large.clusters", "clusters")):
         for name in OmegaConf.select(run, key) or []:
             if name not in cfg[table]:
                 raise TrinityError(f"unknown {table[:-1]} {name!r}; choose from {', '.join(cfg[table])}",
                                    field=f"run.{key}")
     lists = {"placers": run.get("placers") or [], "searches": run.get("searches") or []}
-    for family in ("data_parallel", "pipeline_parallel"):
+    for family in ("data_parallel", "pipeline_parallel", "pipeline_parallel_large"):
         if run.get(family):
             lists[f"{family}.methods"] = run[family].methods or []
     if run.get("regime"):
