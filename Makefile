@@ -21,16 +21,18 @@ test: $(STAMP)  ## fast suite (slow end-to-end runs are skipped; see test-all)
 test-all: $(STAMP)
 	$(PY) -m pytest -q --runslow
 
-# The pipeline (dvc.yaml): compose conf/ for $(EXPERIMENT) into params.yaml, then `dvc repro` under
-# one MLflow parent run. EXPERIMENT=smoke (CI, minutes), default (~100 min), paper (hours).
+# The pipeline (dvc.yaml): compose conf/ for $(EXPERIMENT) into its params.yaml, then `dvc repro` in
+# its folder under one MLflow parent run. EXPERIMENT=default (~100 min; the checkout root's params.yaml,
+# dvc.lock, results/, reports/), smoke (CI, minutes), paper (hours), or your own conf/experiment/<name>.yaml:
+# each of those in experiments/<name>/.
 EXPERIMENT ?= default
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-params: $(STAMP)  ## compose conf/ into params.yaml (dvc repro does not recompose)
+params: $(STAMP)  ## compose conf/ into the experiment's params.yaml (dvc repro does not recompose)
 	$(PY) -m trinity.stages.params experiment=$(EXPERIMENT)
 
 repro: params  ## the main job: the default pipeline end to end (reports/, mlflow.db)
-	$(PY) -m trinity.stages.tracked -- dvc repro
+	$(PY) -m trinity.stages.tracked $(EXPERIMENT) -- dvc repro
 
 bench: $(STAMP)  ## benchmark figures (ratios measured in the same run); exports models into data/ first
 	$(PY) benchmarks/bench_export.py --out data

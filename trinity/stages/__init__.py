@@ -10,6 +10,7 @@ FAILED or KILLED however the job ends; user errors are one line, exit 2.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import signal
@@ -45,11 +46,42 @@ def _sigterm_as_interrupt(*_):
     raise KeyboardInterrupt  # DVC, a launcher or `kill` stops a job: end its run as KILLED
 
 
+def _one_line_hydra_errors() -> None:
+    """Make an override Hydra cannot apply (a misspelt key, an option that does not exist, bad syntax)
+    one line naming it, exit 2, like every other bad input, instead of Hydra's error block.
+
+    Every stage script imports this package before its ``@hydra.main`` runs, so this is installed
+    there without touching the scripts (DVC hashes them: an edit would rerun every stage). Hydra
+    raises its errors when HYDRA_FULL_ERROR is set; they reach this hook uncaught."""
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    previous = sys.excepthook
+
+    def hook(kind, exc, tb):
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        if not isinstance(exc, (HydraException, OmegaConfBaseException, TrinityError)):
+            return previous(kind, exc, tb)
+        if not isinstance(exc, TrinityError):  # main() has already printed a TrinityError's line
+            script = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+            print(f"trinity {script}: error: {config.hydra_error_line(exc)}", file=sys.stderr, flush=True)
+        atexit._run_exitfuncs()  # a multirun's parent run ends FAILED, as on any other exit
+        os._exit(2)
+
+    sys.excepthook = hook
+
+
+if os.path.basename(sys.argv[0]) in {f"{stage}.py" for stage in STAGES}:  # a stage script (pipeline/)
+    _one_line_hydra_errors()
+
+
 def main(stage: str, cfg: DictConfig) -> None:
     """Run one job of ``stage``; exit 2 with one line on bad input (raise instead inside a multirun)."""
     from hydra.core.hydra_config import HydraConfig
 
     multirun = HydraConfig.initialized() and str(HydraConfig.get().mode) == "RunMode.MULTIRUN"
+    if HydraConfig.initialized() and HydraConfig.get().job.config_name == "config":
+        config.rebase_paths(cfg)  # composed from conf/ by hand (not DVC's params.yaml): the experiment's folder
     try:
         run_job(stage, cfg)
     except TrinityError as exc:
