@@ -137,3 +137,14 @@ def test_the_report_shows_only_what_its_run_lists(tmp_path):
     assert report.startswith("# Trinity: report\n\n**Experiment**\n")
     with pytest.raises(TrinityError, match="no search result of what `run` lists"):
         build_report(results, tmp_path / "data", tmp_path / "r2", run={**run, "models": ["other"]})
+
+
+def test_a_missing_input_names_the_command_for_its_experiment(tmp_path, monkeypatch):
+    (tmp_path / ".dvc").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TrinityError, match=r"missing; run the profile stage first \(make repro EXPERIMENT=smoke, "
+                                           r"or dvc repro experiments/smoke/dvc.yaml:profile@tiny_cnn\)"):
+        config.require(Path("experiments/smoke/data/tiny_cnn/profile/graph.json.gz"), "profile", "tiny_cnn")
+    monkeypatch.chdir(tmp_path / ".dvc")  # relative to where it runs: a stage runs in its experiment's folder
+    with pytest.raises(TrinityError, match=r"\(dvc repro profile@tiny_cnn\)"):
+        config.require(Path("../data/tiny_cnn/profile/graph.json.gz"), "profile", "tiny_cnn")

@@ -162,7 +162,8 @@ def test_dvc_says_nothing_to_reproduce_and_shows_metrics_and_plots(smoke):
     status = sh(BIN / "dvc", "status", "dvc.yaml", cwd=smoke)
     assert "up to date" in status.stdout, status.stdout
     metrics = sh(BIN / "dvc", "metrics", "show", cwd=smoke)
-    assert "step_time_ms" in metrics.stdout
+    assert "best_ms.tiny_cnn/p100x2" in metrics.stdout and "reports/metrics.json" in metrics.stdout
+    assert max(map(len, metrics.stdout.splitlines())) <= 200, metrics.stdout  # fits a terminal
     plots = sh(BIN / "dvc", "plots", "show", "-o", "plots_html", cwd=smoke)
     assert (smoke / "plots_html" / "index.html").exists(), plots.stdout
 
@@ -224,8 +225,8 @@ def _stage(project, stage, *overrides, env=None, check=False):
 def test_a_missing_input_names_the_stage_to_run(smoke, tmp_path):
     res = _stage(smoke, "embed", "job.model=resnet_small")
     assert res.returncode == 2
-    assert "data/resnet_small/profile/graph.json.gz: missing; run the profile stage first (dvc repro " \
-           "profile@resnet_small)" in res.stderr
+    assert "data/resnet_small/profile/graph.json.gz: missing; run the profile stage first (make repro " \
+           "EXPERIMENT=smoke, or dvc repro experiments/smoke/dvc.yaml:profile@resnet_small)" in res.stderr
     assert "Traceback" not in res.stderr
 
 

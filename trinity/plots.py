@@ -9,16 +9,73 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from trinity.fileio import atomic_write_bytes  # noqa: E402
 
 
+#: set by tests (and anyone checking a report): every figure saved is checked for overlapping text, and
+#: what overlaps is appended here as ``(path, text, other text)``
+check_text: bool = False
+text_overlaps_found: list[tuple[str, str, str]] = []
+
+
 def _save(fig, path: str | os.PathLike) -> None:
+    if check_text:
+        text_overlaps_found.extend((str(path), a, b) for a, b in text_overlaps(fig))
     buf = io.BytesIO()
     fig.savefig(buf, format=str(path).rsplit(".", 1)[-1], dpi=120, bbox_inches="tight")
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def _texts(fig) -> list:
+    """Every visible, non-empty piece of text of a figure: titles, axis and tick labels, legends, notes."""
+    found = list(fig.texts)
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        found += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        found += [*ax.get_xticklabels(which="both"), *ax.get_yticklabels(which="both")]
+        legend = ax.get_legend()
+        if legend is not None:
+            found += [*legend.get_texts(), legend.get_title()]
+    for legend in fig.legends:
+        found += [*legend.get_texts(), legend.get_title()]
+    return [t for t in found if t.get_visible() and t.get_text().strip()]
+
+
+def text_overlaps(fig, tolerance_px: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of texts of ``fig`` that overlap as drawn at the saved resolution (tick labels crowding each
+    other, a label over a title, two notes on one spot)."""
+    fig.set_dpi(120)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = []
+    for text in _texts(fig):
+        box = text.get_window_extent(renderer)
+        if box.width > 0 and box.height > 0:
+            boxes.append((text.get_text(), box.expanded(1, 1).padded(-tolerance_px)))
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
+
+
+def method_colours(methods) -> dict[str, tuple]:
+    """A distinct colour per method (up to 20), the same method always the same colour within a figure."""
+    palette = plt.cm.tab20.colors if len(methods) > 10 else plt.cm.tab10.colors
+    return {m: palette[i % len(palette)] for i, m in enumerate(methods)}
+
+
+def plain_log_ticks(axis, low: float, high: float, count: int = 5) -> None:
+    """About ``count`` ticks spread evenly on a log axis from ``low`` to ``high``, labelled as plain numbers
+    (6, 8.5, 12), not 6x10^0; no minor labels."""
+    from matplotlib.ticker import FuncFormatter, NullLocator
+
+    ticks = sorted({t for t in (float(f"{v:.2g}") for v in np.geomspace(low, high, count)) if low <= t <= high})
+    axis.set_ticks(ticks)
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 def plot_comparison(table: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
@@ -83,6 +140,16 @@ def plot_gantt(gantt: pd.DataFrame, path: str | os.PathLike, title: str = "",
     ax.set_yticks(range(len(rows)), rows)
     ax.set_xlabel("time (ms)")
     ax.set_title(title)
+    # what the colours mean: the op types that take the most time (the rest are in the legend's last entry)
+    busy = (gantt["end_us"] - gantt["start_us"]).groupby(gantt["type"]).sum().sort_values(ascending=False)
+    shown = list(busy.index[:12])
+    handles = [Patch(color=colors[t], label=t) for t in shown]
+    if len(busy) > len(shown):
+        handles.append(Patch(color="white", label=f"+ {len(busy) - len(shown)} more op types"))
+    if transfers is not None:
+        handles.append(Patch(color="grey", label="transfer (send row)"))
+    ax.legend(handles=handles, title="op type", fontsize=7, title_fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), frameon=False)
     _save(fig, path)
 
 

@@ -110,8 +110,11 @@ def build_report(results: Path, data: Path, out: Path, run: dict | None = None, 
                                         w.path(f"figures/time_to_quality_{model}_{cluster}.png"))
         found = plotdata.histories(search, model, cluster)
         if found:
+            jobs = search[(search["model"] == model) & (search["cluster"] == cluster) &
+                          search["method"].isin(list(found))]
             figures.plot_convergence(found, w.path(f"figures/convergence_{model}_{cluster}.png"),
-                                     title=f"{model} on {cluster}: search convergence (first seed)")
+                                     title=f"{model} on {cluster}: search convergence, one seed (the first) of "
+                                           f"{jobs['seed'].nunique()}; {figures.search_budget(jobs)}")
     tradeoff = evaluation.reward_tradeoff(search)  # written even when empty: DVC expects the file
     w.csv("reward_tradeoff.csv", tradeoff)
     w.text("reward_tradeoff.md", tables.markdown(tradeoff) if len(tradeoff) else
@@ -121,7 +124,8 @@ def build_report(results: Path, data: Path, out: Path, run: dict | None = None, 
     for metric, label, name in (("step_time_ms", "runtime (ms)", "runtime"),
                                 ("peak_comm_MB", "peak communication (MB)", "comm"),
                                 ("peak_memory_GB", "peak memory (GB)", "memory")):
-        figures.plot_bars(cases, metric, label, w.path(f"figures/bars_{name}.png"))
+        figures.plot_bars(cases, metric, label, w.path(f"figures/bars_{name}.png"),
+                          subtitle=figures.seeds_and_budget(cases, search))
     if len(checked):
         figures.plot_sim_vs_real_all(checked, w.path("figures/sim_vs_real.png"))
 
@@ -166,7 +170,7 @@ def build_report(results: Path, data: Path, out: Path, run: dict | None = None, 
         families.plot_measured(side_by_side, w.path("figures/families_measured.png"))
 
     facts = summary.metrics(search, cases, best, checked)
-    write_json(w.path("metrics.json"), facts)
+    write_json(w.path("metrics.json"), summary.dvc_metrics(facts))
     figure_names = sorted(p.name for p in w.paths if p.parent.name == "figures")
     w.text("REPORT.md", summary.report_markdown(t3, t4, t5, facts, validation_ran, figure_names, ev, costs,
                                                 dp_summary, dp_setup, pp_summary, side_by_side, tradeoff,

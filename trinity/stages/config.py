@@ -346,7 +346,20 @@ def validate_dir(cfg: DictConfig, model: str) -> Path:
 
 
 def require(path: Path, stage: str, item: str) -> Path:
-    """``path``, or an error saying which stage makes it."""
-    if not path.exists():
-        raise TrinityError(f"missing; run the {stage} stage first (dvc repro {stage}@{item})", source=str(path))
-    return path
+    """``path``, or an error saying which stage makes it, and the command that runs it for the experiment
+    whose folder holds ``path``."""
+    if path.exists():
+        return path
+    from trinity.track import project_root
+
+    root = project_root()
+    try:
+        parts = Path(os.path.abspath(path)).relative_to(root).parts
+    except ValueError:
+        parts = ()
+    if len(parts) > 2 and Path(parts[0]) == EXPERIMENTS_DIR:
+        folder = EXPERIMENTS_DIR / parts[1]
+        how = f"make repro EXPERIMENT={parts[1]}, or dvc repro {folder / PIPELINE_FILE}:{stage}@{item}"
+    else:
+        how = f"dvc repro {stage}@{item}"
+    raise TrinityError(f"missing; run the {stage} stage first ({how})", source=str(path))
