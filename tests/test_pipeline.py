@@ -133,6 +133,37 @@ def test_smoke_leaves_every_report(smoke):
     assert all(f"\n{m},0,digits," in runs_table for m in ("ddp", "ps", "daso", "hps")), runs_table
 
 
+#: figures drawn in trinity/report/evaluation.py (the search tables' owner's file): known to crowd their ticks
+OTHERS_FIGURES = ("pareto_", "time_to_quality_")
+
+
+def _overlaps_in_smoke_figures(smoke, folder) -> list[tuple[str, str, str]]:
+    """Every figure of the smoke run's report drawn again, each checked for overlapping text."""
+    from trinity import plots
+    from trinity.report import build_report
+
+    run = yaml.safe_load((smoke / "params.yaml").read_text())["run"]
+    plots.check_text, found = True, plots.text_overlaps_found
+    found.clear()
+    try:
+        written = build_report(smoke / "results", smoke / "data", folder, run=run)
+    finally:
+        plots.check_text = False
+    assert len([p for p in written["files"] if p.endswith(".png")]) >= 14
+    return [(Path(path).name, a, b) for path, a, b in found]
+
+
+def test_every_figure_of_the_smoke_run_is_readable(smoke, tmp_path):
+    overlaps = _overlaps_in_smoke_figures(smoke, tmp_path)
+    assert [o for o in overlaps if not o[0].startswith(OTHERS_FIGURES)] == []
+
+
+@pytest.mark.xfail(reason="the Pareto figure's right panel crowds its ticks; it is drawn in evaluation.py, "
+                          "which another engineer is rewriting", strict=False)
+def test_the_evaluation_figures_of_the_smoke_run_are_readable(smoke, tmp_path):
+    assert [o for o in _overlaps_in_smoke_figures(smoke, tmp_path) if o[0].startswith(OTHERS_FIGURES)] == []
+
+
 def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
     table = runs(smoke)
     parent = table[table["tags.trinity.stage"] == "pipeline"]

@@ -71,7 +71,8 @@ def plot_convergence(histories: dict[str, pd.DataFrame], path: str | os.PathLike
     ax.set_xlabel("iteration")
     ax.set_ylabel("simulated step time (ms)")
     ax.legend(fontsize=8)
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9, wrap=True)
+    fig.tight_layout()
     _save(fig, path)
 
 
