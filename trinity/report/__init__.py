@@ -170,7 +170,11 @@ def build_report(results: Path, data: Path, out: Path, run: dict | None = None, 
         families.plot_measured(side_by_side, w.path("figures/families_measured.png"))
 
     facts = summary.metrics(search, cases, best, checked)
-    write_json(w.path("metrics.json"), summary.dvc_metrics(facts))
+    write_json(w.path("metrics.json"), facts)
+    for stale in (out / "metrics").glob("*.json"):  # an earlier report's cases
+        stale.unlink()
+    for name, values in summary.dvc_metrics(facts).items():
+        write_json(w.path(f"metrics/{name}"), values)
     figure_names = sorted(p.name for p in w.paths if p.parent.name == "figures")
     w.text("REPORT.md", summary.report_markdown(t3, t4, t5, facts, validation_ran, figure_names, ev, costs,
                                                 dp_summary, dp_setup, pp_summary, side_by_side, tradeoff,
