@@ -18,6 +18,7 @@ import sys
 
 from omegaconf import DictConfig
 
+from trinity import relay
 from trinity.errors import TrinityError
 from trinity.stages import config
 from trinity.track import PARENT_ENV, MLflowTracker, end_status, open_store
@@ -97,12 +98,13 @@ def main(stage: str, cfg: DictConfig) -> None:
 def run_job(stage: str, cfg: DictConfig) -> None:
     module = importlib.import_module(f"trinity.stages.{stage}")
     job = config.job(cfg)
-    uri = open_store(cfg.mlflow.uri)
     resume = getattr(module, "resume_run_id", None)
-    tracker = MLflowTracker(experiment_name(cfg), run_name(stage, job), uri=uri,
-                            run_id=resume(cfg, job) if resume else None,
-                            parent_run_id=os.environ.get(PARENT_ENV) or None,
-                            tags={"trinity.stage": stage, "trinity.run": str(cfg.run.name)})
+    run = dict(run_id=resume(cfg, job) if resume else None, parent_run_id=os.environ.get(PARENT_ENV) or None,
+               tags={"trinity.stage": stage, "trinity.run": str(cfg.run.name)})
+    if relay.available():  # under `make repro`: its parent process logs (no MLflow import here)
+        tracker = relay.RelayTracker(experiment_name(cfg), run_name(stage, job), **run)
+    else:
+        tracker = MLflowTracker(experiment_name(cfg), run_name(stage, job), uri=open_store(cfg.mlflow.uri), **run)
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     error: BaseException | None = None
     try:

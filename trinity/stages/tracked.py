@@ -20,6 +20,7 @@ import time
 from omegaconf import OmegaConf
 
 from trinity.errors import TrinityError
+from trinity.relay import Relay
 from trinity.stages.config import DEFAULT_EXPERIMENT, PARAMS_FILE, experiment_dir
 from trinity.track import PARENT_ENV, MLflowTracker, open_store
 
@@ -52,12 +53,16 @@ def main(argv: list[str] | None = None) -> int:
                             uri=uri, tags={"trinity.stage": "pipeline", "trinity.run": str(cfg.run.name),
                                            "command": " ".join(command), "folder": str(folder)})
     tracker.log_params({f"run.{k}": v for k, v in OmegaConf.to_container(cfg.run).items()})
-    env = {**os.environ, PARENT_ENV: tracker.run_id, STARTED_ENV: str(time.time())}
-    child = subprocess.Popen(command, cwd=folder, env=env)
-    # Forward a stop to the command (and through it to the stage) and wait for it to wind down.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda s, _: child.send_signal(s))
-    code = child.wait()
+    jobs_relay = Relay(uri)  # the jobs log through this process: none of them imports MLflow
+    env = {**os.environ, **jobs_relay.env, PARENT_ENV: tracker.run_id, STARTED_ENV: str(time.time())}
+    try:
+        child = subprocess.Popen(command, cwd=folder, env=env)
+        # Forward a stop to the command (and through it to the stage) and wait for it to wind down.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda s, _: child.send_signal(s))
+        code = child.wait()
+    finally:
+        jobs_relay.close()
     for path in (params, folder / "dvc.lock"):
         if path.exists():
             tracker.log_artifact(path)
