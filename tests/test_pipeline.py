@@ -55,7 +55,8 @@ def make_project(folder: Path) -> Path:
 def tree_digest(project: Path) -> dict[str, str]:
     """Every file of the project outside experiments/, DVC's own folder and the MLflow store, by content."""
     return {str(p.relative_to(project)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(project.rglob("*"))
-            if p.is_file() and p.relative_to(project).parts[0] not in ("experiments", ".dvc", "mlflow.db")}
+            if p.is_file() and p.relative_to(project).parts[0] not in ("experiments", ".dvc", "mlflow.db", "mlruns")
+            and "__pycache__" not in p.parts}
 
 
 @pytest.fixture(scope="module")
