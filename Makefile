@@ -25,12 +25,14 @@ test-all: $(STAMP)
 test-slurm: $(STAMP)  ## the SLURM path end to end on a SLURM started here (installs slurm-wlm, munge; ~6 min)
 	$(PY) -m pytest -q --runslow tests/test_slurm.py
 
-# The pipeline (dvc.yaml): compose conf/ for $(EXPERIMENT) into params.yaml, then `dvc repro` under
-# one MLflow parent run. EXPERIMENT=smoke (CI, minutes), default (~100 min), paper (hours).
+# The pipeline (dvc.yaml): compose conf/ for $(EXPERIMENT) into its params.yaml, then `dvc repro` in
+# its folder under one MLflow parent run. EXPERIMENT=default (~100 min; the checkout root's params.yaml,
+# dvc.lock, results/, reports/), smoke (CI, minutes), paper (hours), or your own conf/experiment/<name>.yaml:
+# each of those in experiments/<name>/.
 EXPERIMENT ?= default
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-params: $(STAMP)  ## compose conf/ into params.yaml (dvc repro does not recompose)
+params: $(STAMP)  ## compose conf/ into the experiment's params.yaml (dvc repro does not recompose)
 	$(PY) -m trinity.stages.params experiment=$(EXPERIMENT)
 
 estimate: params  ## the experiment's wall time here and on SLURM, from costs measured here (cached in runs/estimate)
@@ -39,7 +41,7 @@ estimate: params  ## the experiment's wall time here and on SLURM, from costs me
 # The paper experiment prints its estimate and asks first (YES=1 answers yes).
 repro: params  ## the main job: the default pipeline end to end (reports/, mlflow.db)
 	$(if $(filter paper,$(EXPERIMENT)),$(PY) -m trinity.stages.estimate $(if $(YES),--yes))
-	$(PY) -m trinity.stages.tracked -- dvc repro
+	$(PY) -m trinity.stages.tracked $(EXPERIMENT) -- dvc repro
 
 MODEL ?= inception_v3
 paper-slice: $(STAMP)  ## one model of the paper experiment through a SLURM and an MLflow server started here (hours)

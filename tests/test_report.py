@@ -141,6 +141,12 @@ def test_summary_and_metrics_json(report):
                              "rank_correlation": 1.0, "held_out_split_rank_correlation": 1.0}}
     assert summary["counts"] == {"models": 1, "cases": 2, "search_jobs": 9, "validated_strategies": 7}
     assert json.loads((out / "metrics.json").read_text()) == summary
+    # what `dvc metrics show` reads: a file per row, a few well-named numbers each
+    assert {p.name: json.loads(p.read_text()) for p in (out / "metrics").glob("*.json")} == {
+        "inception_v3-p100x2.json": {"best_ms": 9.0, "best_method": "trinity"},
+        "inception_v3-p100x4.json": {"best_ms": 8.0, "best_method": "optimum"},
+        "sim_vs_real-inception_v3-b64.json": {"median_err": 0.175, "rank": None},
+        "sim_vs_real-inception_v3-b16.json": {"median_err": 0.2, "rank": 1.0}}
 
 
 def test_every_file_is_written(report):
@@ -154,6 +160,8 @@ def test_every_file_is_written(report):
              for ext in ("csv", "md")]
     names += ["REPORT.md", "metrics.json", "data_parallel.csv", "data_parallel_summary.csv", "validation.csv"]
     names += [f"plots/{n}.csv" for n in ("methods", "convergence", "sim_vs_real")]
+    names += [f"metrics/{n}.json" for n in ("inception_v3-p100x2", "inception_v3-p100x4",
+                                             "sim_vs_real-inception_v3-b64", "sim_vs_real-inception_v3-b16")]
     names += [f"figures/{n}" for n in figures]
     assert sorted(written["files"]) == sorted(str(out / n) for n in names)
     assert all((out / n).stat().st_size > 0 for n in names)

@@ -9,16 +9,30 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
-DEFAULT_URI = "sqlite:///mlflow.db"
+DEFAULT_URI = "sqlite:///mlflow.db"  # in the project's root folder (see default_uri)
 #: a pipeline run or a Hydra multirun puts its parent run's id here; each job's run nests under it
 PARENT_ENV = "TRINITY_PARENT_RUN_ID"
 
 
+def project_root(start: str | os.PathLike | None = None) -> Path:
+    """The DVC project around ``start`` (default: the working directory): the nearest folder up that holds
+    ``.dvc/``; ``start`` itself outside any project."""
+    start = Path(start or os.getcwd()).resolve()
+    return next((d for d in (start, *start.parents) if (d / ".dvc").is_dir()), start)
+
+
+def default_uri(start: str | os.PathLike | None = None) -> str:
+    """The project's one local store, ``<project root>/mlflow.db``: the same store whichever folder a
+    stage (an experiment's, under experiments/), the notebook (notebooks/) or a user runs from."""
+    return f"sqlite:///{project_root(start) / 'mlflow.db'}"
+
+
 def tracking_uri(uri: str | None = None) -> str:
-    """``uri``, else $MLFLOW_TRACKING_URI, else the local SQLite store."""
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    """``uri``, else $MLFLOW_TRACKING_URI, else the project's local SQLite store."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
 
 
 def open_store(uri: str | None = None, timeout_s: float = 5.0) -> str:
@@ -37,7 +51,7 @@ def open_store(uri: str | None = None, timeout_s: float = 5.0) -> str:
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise TrinityError(f"MLflow tracking server {uri} is not reachable ({reason}); start it, or unset "
-                               f"MLFLOW_TRACKING_URI to log to {DEFAULT_URI}", field="MLFLOW_TRACKING_URI") from None
+                               f"MLFLOW_TRACKING_URI to log to {default_uri()}", field="MLFLOW_TRACKING_URI") from None
     else:
         from mlflow.tracking import MlflowClient
 

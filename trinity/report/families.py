@@ -40,17 +40,20 @@ def plot_measured(table: pd.DataFrame, path) -> bool:
     if not len(real):
         return False
     cases = list(dict.fromkeys(zip(real["model"], real["cluster"])))
-    fig, axes = plt.subplots(1, len(cases), figsize=(5 * len(cases), 4), squeeze=False)
+    width = max(5.0, 0.55 * max(len(real[(real["model"] == m) & (real["cluster"] == c)]) for m, c in cases))
+    fig, axes = plt.subplots(1, len(cases), figsize=(width * len(cases), 4.4), squeeze=False, layout="constrained")
     for ax, (model, cluster) in zip(axes[0], cases):
         part = real[(real["model"] == model) & (real["cluster"] == cluster)]
         x = np.arange(len(part))
         ax.bar(x - 0.2, part["step_time_ms"].astype(float), 0.4, label="predicted")
         ax.bar(x + 0.2, part["real_step_ms"].astype(float), 0.4, label="measured")
-        ax.set_xticks(x, [f"{m}{'*' if w else ''}" for m, w in zip(part["method"], part["winner"])], rotation=30)
+        ax.set_xticks(x, [f"{m}{'*' if w else ''}" for m, w in zip(part["method"], part["winner"])], rotation=45,
+                      ha="right", rotation_mode="anchor", fontsize=8)
         ax.set_ylabel("step time (ms)")
         ax.set_title(f"{model} on {cluster} (* predicted winner)", fontsize=9)
         ax.legend(fontsize=8)
-    fig.suptitle("pipelines and data parallelism: predicted and measured on local ranks")
+    fig.suptitle("pipelines and data parallelism:\npredicted and measured on local ranks (one real run each)",
+                 fontsize=10)
     _save(fig, path)
     return True
 

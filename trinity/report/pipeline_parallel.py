@@ -78,17 +78,19 @@ def plot_measured(table: pd.DataFrame, path: str | os.PathLike) -> bool:
     if not len(real):
         return False
     models = list(dict.fromkeys(real["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.2), squeeze=False, layout="constrained")
     for ax, model in zip(axes[0], models):
         part = real[real["model"] == model]
         x = np.arange(len(part))
         ax.bar(x - 0.2, part["real_step_ms"].astype(float), 0.4, label="measured")
         ax.bar(x + 0.2, part["sim_step_ms"].astype(float), 0.4, label="predicted")
-        ax.set_xticks(x, part["method"])
+        ax.set_xticks(x, part["method"], rotation=30, ha="right", rotation_mode="anchor", fontsize=8)
         ax.set_ylabel("step time (ms)")
         ax.set_title(f"{model} on {part['cluster'].iloc[0]}")
         ax.legend(fontsize=8)
-    fig.suptitle("pipelines and data parallelism on local workers: measured and predicted")
+    seeds = sorted(set(real["seed"].astype(int))) if "seed" in real else []
+    fig.suptitle(f"pipelines and data parallelism on local workers: measured and predicted\n"
+                 f"one real run per plan (seed {'/'.join(map(str, seeds)) or '?'}'s plan)", fontsize=10)
     _save(fig, path)
     return True
 
