@@ -45,8 +45,7 @@ def test_experiments_differ_where_they_should():
                 *large["methods"]}
 
     assert runs(default) == every_method - {"trinity-runtime"}  # the runtime-only control: the regime's
-    assert runs(paper) == every_method - {"optimum", "trinity-runtime", "random", "dp-bottleneck"}  # too large there;
-    # the large pipeline case (random search, the bottleneck DP) is the default experiment's
+    assert runs(paper) == every_method - {"optimum", "trinity-runtime"}  # too large there
     for experiment in (smoke, default, paper):  # the paper's regime compares both rewards
         assert {"trinity-warm", "trinity-runtime"} <= set(experiment.run.regime.searches)
         assert not set(experiment.run.regime.models) & set(experiment.run.models)

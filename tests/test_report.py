@@ -329,3 +329,15 @@ def test_data_parallel_runs_and_their_summary_against_ddp(report):
     assert s.loc["ddp", "final_val_acc"] == 0.96 and s.loc["ddp", "train_time_s_vs_ddp"] == 1.0
     text = (out / "REPORT.md").read_text()
     assert "worker(s) 3 slowed 3.0x" in text and "## Data parallelism, trained for real" in text
+
+
+def test_per_method_summarises_the_committed_partition_metrics(tmp_path):
+    from trinity.fileio import write_json
+    from trinity.report.pipeline_parallel import per_method
+    folder = tmp_path / "partition" / "m"
+    for method, seed, ms in (("tapp", 0, 10.0), ("tapp", 1, 12.0), ("even", 0, 20.0)):
+        write_json(folder / f"c-{method}-s{seed}.metrics.json",
+                   {"method": method, "seed": seed, "step_time_ms": ms, "search_seconds": 1.0})
+    t = per_method(tmp_path, "m", "c").set_index("method")
+    assert t.loc["tapp", "seeds"] == 2 and t.loc["tapp", "step_ms"] == 11.0
+    assert t.loc["tapp", "step_std_ms"] == 1.414 and list(t.index) == ["tapp", "even"]  # rounded to 3 places

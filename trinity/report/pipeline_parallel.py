@@ -94,3 +94,24 @@ def plot_measured(table: pd.DataFrame, path: str | os.PathLike) -> bool:
     _save(fig, path)
     return True
 
+
+
+def per_method(results_dir: Path, model: str, cluster: str) -> pd.DataFrame:
+    """One case's plans from the committed metrics beside each partition job
+    (``results/partition/<model>/<cluster>-<method>-s<seed>.metrics.json``): per method, the seeds, the mean
+    and spread of the predicted step time, PipeDream's objective, the agent's best sample (TAPP), the plans
+    scored and the search's seconds."""
+    rows = []
+    for path in sorted((Path(results_dir) / "partition" / model).glob(f"{cluster}-*-s*.metrics.json")):
+        rows.append(read_json(path))
+    if not rows:
+        return pd.DataFrame()
+    table = pd.DataFrame(rows)
+    for column in ("pipedream_objective_ms", "sampled_best_ms", "evaluations"):
+        if column not in table:
+            table[column] = np.nan
+    out = table.groupby("method", sort=False).agg(
+        seeds=("seed", "count"), step_ms=("step_time_ms", "mean"), step_std_ms=("step_time_ms", "std"),
+        pipedream_objective_ms=("pipedream_objective_ms", "mean"), sampled_best_ms=("sampled_best_ms", "mean"),
+        evaluations=("evaluations", "mean"), search_seconds=("search_seconds", "mean"))
+    return out.sort_values("step_ms").reset_index().round(3)
