@@ -202,7 +202,7 @@ def test_dvc_says_nothing_to_reproduce_and_shows_metrics_and_plots(smoke):
 
 def test_one_changed_search_parameter_reruns_only_what_depends_on_it(smoke):
     params = yaml.safe_load((smoke / "params.yaml").read_text())
-    params["methods"]["trinity"]["search"]["lr"] = 0.002
+    params["methods"]["trinity"]["search"]["agent"]["lr"] = 0.002
     (smoke / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     repro = sh(BIN / "dvc", "repro", cwd=smoke).stdout
     ran = {line.split("'")[1] for line in repro.splitlines() if line.startswith("Running stage")}
