@@ -6,7 +6,8 @@ SHARED ?= ../shared
 REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all params repro bench bench-export search-table ablation search-variety validate clean
+.PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
+	search-table ablation search-variety validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,16 +22,49 @@ test: $(STAMP)  ## fast suite (slow end-to-end runs are skipped; see test-all)
 test-all: $(STAMP)
 	$(PY) -m pytest -q --runslow
 
-# The pipeline (dvc.yaml): compose conf/ for $(EXPERIMENT) into params.yaml, then `dvc repro` under
-# one MLflow parent run. EXPERIMENT=smoke (CI, minutes), default (~100 min), paper (hours).
+test-slurm: $(STAMP)  ## the SLURM path end to end on a SLURM started here (installs slurm-wlm, munge; ~6 min)
+	$(PY) -m pytest -q --runslow tests/test_slurm.py
+
+# The pipeline (dvc.yaml): compose conf/ for $(EXPERIMENT) into its params.yaml, then `dvc repro` in
+# its folder under one MLflow parent run. EXPERIMENT=default (~100 min; the checkout root's params.yaml,
+# dvc.lock, results/, reports/), smoke (CI, minutes), paper (hours), or your own conf/experiment/<name>.yaml:
+# each of those in experiments/<name>/.
 EXPERIMENT ?= default
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-params: $(STAMP)  ## compose conf/ into params.yaml (dvc repro does not recompose)
+params: $(STAMP)  ## compose conf/ into the experiment's params.yaml (dvc repro does not recompose)
 	$(PY) -m trinity.stages.params experiment=$(EXPERIMENT)
 
+estimate: params  ## the experiment's wall time here and on SLURM, from costs measured here (cached in runs/estimate)
+	$(PY) -m trinity.stages.estimate --print-only --out reports/estimate_$(EXPERIMENT).json
+
+# The paper experiment prints its estimate and asks first (YES=1 answers yes).
 repro: params  ## the main job: the default pipeline end to end (reports/, mlflow.db)
-	$(PY) -m trinity.stages.tracked -- dvc repro
+	$(if $(filter paper,$(EXPERIMENT)),$(PY) -m trinity.stages.estimate $(if $(YES),--yes))
+	$(PY) -m trinity.stages.tracked $(EXPERIMENT) -- dvc repro
+
+MODEL ?= inception_v3
+paper-slice: $(STAMP)  ## one model of the paper experiment through a SLURM and an MLflow server started here (hours)
+	$(PY) -m trinity.slurm -- $(PY) benchmarks/paper_slice.py --model $(MODEL) --out reports/paper_slice.json
+
+# The same path at a reduced budget (5 iterations, 20 imitation steps, small annealing budgets; ~15 min):
+# checks the path and the estimate's per-job figures, not the slice's time.
+SLICE_CHECK := $(foreach m,trinity trinity-warm hierarchical hierarchical-warm,--override ++methods.$(m).search.iterations=5) \
+	$(foreach m,trinity-warm hierarchical-warm,--override ++methods.$(m).search.warm_start_steps=20) \
+	--override ++methods.annealing.options.budget=200 --override ++methods.annealing-long.options.budget=2000
+paper-slice-check: $(STAMP)
+	$(PY) -m trinity.slurm -- $(PY) benchmarks/paper_slice.py --model tiny_cnn --out reports/paper_slice_check.json \
+		$(SLICE_CHECK)
+
+# Sharing outputs through DVC's remote `shared` (a folder beside the checkout unless `make remote URL=...`).
+remote: $(STAMP)  ## make URL (s3://..., ssh://..., a folder) this checkout's DVC remote
+	$(PY) -m trinity.share set $(URL)
+
+push: $(STAMP)  ## dvc push, once the remote answers
+	$(PY) -m trinity.share push
+
+pull: $(STAMP)  ## dvc pull, once the remote answers
+	$(PY) -m trinity.share pull
 
 bench: $(STAMP)  ## benchmark figures (ratios measured in the same run); exports models into data/ first
 	$(PY) benchmarks/bench_export.py --out data

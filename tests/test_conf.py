@@ -40,7 +40,9 @@ def test_experiments_differ_where_they_should():
     assert set(paper.run.clusters) == {"p100x2", "p100x4"} and len(paper.run.seeds) >= 3
     every_method = {p.stem for p in (CONF / "method").glob("*.yaml")}
     def runs(e):
-        return {*e.run.placers, *e.run.searches, *e.run.data_parallel.methods, *e.run.pipeline_parallel.methods}
+        large = e.run.get("pipeline_parallel_large") or {"methods": []}
+        return {*e.run.placers, *e.run.searches, *e.run.data_parallel.methods, *e.run.pipeline_parallel.methods,
+                *large["methods"]}
 
     assert runs(default) == every_method - {"trinity-runtime"}  # the runtime-only control: the regime's
     assert runs(paper) == every_method - {"optimum", "trinity-runtime"}  # too large there

@@ -16,6 +16,7 @@ from trinity.data_parallel import (DasoConfig, DasoSchedule, DataParallelError, 
                                    epoch_plan, error_bound, precision_for, quantize, step_cost,
                                    time_to_target, train)
 from trinity.errors import ClusterError
+from trinity.runtime.links import LinkSpec
 from trinity.runtime.workers import WorkerError
 
 
@@ -164,8 +165,7 @@ def test_cost_model_hand_computed():
 
 # ---------------------------------------------------------------- real runs (torchrun, 2 local ranks)
 def _tiny(**kw) -> TrainConfig:
-    base = dict(nproc=2, procs_per_node=1, slow_ranks=(), epochs=1, global_batch=16, hidden=(16,),
-                link=dict(latency_ms=0.0, bandwidth_MBps=1e4))
+    base = dict(nproc=2, procs_per_node=1, slow_ranks=(), epochs=1, global_batch=16, hidden=(16,), link=None)
     base.update(kw)
     return TrainConfig.from_dict(base)
 
@@ -220,10 +220,17 @@ def test_cluster_train_config_takes_ranks_nodes_and_slowdown_from_the_cluster():
     from trinity.data_parallel.measure import cluster_train_config
 
     c = cluster_train_config(load_cluster("local4h"), "transformer_lm", 8)
-    assert (c.nproc, c.procs_per_node, c.slow_ranks, c.slowdown) == (4, 1, (2, 3), 2.0)
-    assert c.link is None and (c.daso.warmup_epochs, c.daso.cooldown_epochs) == (0, 0) and c.global_batch == 8
-    nodes = cluster_train_config(load_cluster("cpu2x2"), "transformer_lm", 8)
+    assert (c.nproc, c.procs_per_node, c.slow_ranks, c.slowdown) == (4, 2, (2, 3), 2.0)
+    assert c.link == LinkSpec(bandwidth_MBps=100.0, latency_ms=0.0) and (c.daso.warmup_epochs, c.daso.cooldown_epochs) == (0, 0) and c.global_batch == 8
+    nodes = cluster_train_config(load_cluster("cpu2x2"), "transformer_lm", 8)  # 1 ms: 0.9 above loopback's
     assert (nodes.procs_per_node, nodes.slow_ranks, nodes.slowdown) == (2, (), 1.0)
+    assert nodes.link == LinkSpec(bandwidth_MBps=100.0, latency_ms=0.9)
+    own_nodes = cluster_from_dict({"devices": [{"name": n, "memory_GB": 8} for n in "ab"], "default_link": LINK})
+    assert own_nodes.nodes == ["a", "b"] and cluster_train_config(own_nodes, "transformer_lm", 8).link == \
+        LinkSpec(bandwidth_MBps=2000.0, latency_ms=0.0)
+    one_node = cluster_from_dict({"devices": [{"name": n, "node": "x", "memory_GB": 8} for n in "ab"],
+                                  "default_link": LINK})
+    assert cluster_train_config(one_node, "transformer_lm", 8).link is None  # loopback only
     with pytest.raises(DataParallelError, match="one factor"):  # speeds 2, 2, 1, 0.5: factors 2 and 4
         cluster_train_config(load_cluster("hetero4"), "transformer_lm", 8)
     split = cluster_from_dict({"devices": [{"name": n, "node": k, "memory_GB": 8} for n, k in
@@ -238,10 +245,56 @@ def test_cluster_train_config_takes_ranks_nodes_and_slowdown_from_the_cluster():
 def test_measure_step_trains_a_registered_model_with_shares_by_speed(tmp_path):
     from trinity.data_parallel.measure import measure_step
 
-    cluster = cluster_from_dict({"devices": [{"name": "fast", "speed": 1.0, "memory_GB": 8},
-                                             {"name": "slow", "speed": 0.5, "memory_GB": 8}], "default_link": LINK})
+    cluster = cluster_from_dict({"devices": [{"name": "fast", "speed": 1.0, "memory_GB": 8, "node": "n"},
+                                             {"name": "slow", "speed": 0.5, "memory_GB": 8, "node": "n"}],
+                                 "default_link": LINK})
     r = measure_step("hps", cluster, "transformer_lm", 8, steps=5, out_dir=tmp_path, timeout_s=90,
                      options={"n_layers": 1, "d_model": 32, "d_ff": 64, "seq_len": 16, "vocab_size": 50})
     assert r["slowdown"] == [1.0, 2.0] and r["step_time_us"] > 0 and r["sent_bytes_per_step"] > 0
     assert sum(r["shares"]) == 8 and r["shares"][0] > r["shares"][1]  # rebalanced after 5 steps
     assert np.isfinite(r["loss"]).all()
+
+
+# ---------------------------------------------------------------- one strategy per method, kernel-shaped links
+def test_every_method_is_one_strategy_module_and_the_worker_names_none():
+    import inspect
+
+    from trinity.data_parallel import METHODS, SyncStrategy, strategy_class
+    from trinity.data_parallel.train import worker
+
+    assert set(METHODS) == {"ddp", "ps", "daso", "hps"}
+    for m in METHODS:
+        assert issubclass(strategy_class(m), SyncStrategy) and strategy_class(m) is not SyncStrategy
+    worker_source = inspect.getsource(worker)
+    assert not [m for m in METHODS if f'"{m}"' in worker_source or f"'{m}'" in worker_source]
+    with pytest.raises(DataParallelError, match="unknown method 'sgd'"):
+        strategy_class("sgd")
+
+
+def test_bad_link_and_slowdown_refused_naming_the_field():
+    from trinity.runtime.links import LinkError
+    with pytest.raises(LinkError, match="link.bandwidth_MBps"):
+        TrainConfig.from_dict({"link": {"bandwidth_MBps": 0}})
+    with pytest.raises(DataParallelError, match="link.rate"):
+        TrainConfig.from_dict({"link": {"rate": 1}})
+    with pytest.raises(DataParallelError, match="slowdown"):
+        TrainConfig.from_dict({"slowdown": 0.5})
+    with pytest.raises(DataParallelError, match="procs_per_node"):
+        TrainConfig.from_dict({"nproc": 251, "procs_per_node": 1, "slow_ranks": [], "global_batch": 256})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="shaped links need root (network namespaces)")
+def test_ddp_trains_across_shaped_nodes_and_the_link_is_what_it_costs(tmp_path):
+    """2 nodes of 2 ranks; DDP's gradient (1,210 floats of the (16,) MLP, 4 ranks: 7.3 kB sent per rank and
+    step) through a 0.2 MB/s port takes tens of ms per step, against well under one on 1000 MB/s."""
+    from trinity.runtime.links import LinkSpec, namespaces_of
+    times = {}
+    for bw in (1000.0, 0.2):
+        cfg = _tiny(nproc=4, procs_per_node=2, link={"bandwidth_MBps": bw})
+        r = train("ddp", seed=0, config=cfg, out_dir=tmp_path / str(bw), timeout_s=120,
+                  extra_args=["--max-steps", "10"])
+        times[bw] = r["train_time_s"]
+        assert r["sent_bytes_per_rank"][0] == pytest.approx(10 * 2 * 3 / 4 * 1210 * 4 + 2 * 3 / 4 * 16, rel=1e-9)
+    assert cfg.link == LinkSpec(0.2)
+    assert times[0.2] > times[1000.0] + 10 * 0.01  # >= 10 ms more per step: the shaped port is the cost
+    assert namespaces_of(os.getpid()) == []

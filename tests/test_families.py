@@ -62,3 +62,25 @@ def test_op_placement_is_costed_by_device_speed_like_the_layer_profile():
     g = OpGraph([replace(op, compute_us_by_kind={"k": 1.0}) for op in g.ops], g.edges, name=g.name)
     (single,) = op_placement_entries(g, make_cluster(2, speeds=[0.5, 0.5]), ["single"], scale=2.0)
     assert single.cost.step_time_us == pytest.approx(2400.0)
+
+
+def test_family_errors_and_winner_count_on_a_hand_built_table():
+    import pandas as pd
+
+    from trinity.report.families import errors
+    t = pd.DataFrame([
+        {"model": "m", "cluster": "c", "family": "pipeline", "method": "tapp", "step_time_ms": 90.0,
+         "real_step_ms": 100.0, "winner": True, "measured_winner": True},
+        {"model": "m", "cluster": "c", "family": "data parallel", "method": "ddp", "step_time_ms": 150.0,
+         "real_step_ms": 120.0, "winner": False, "measured_winner": False},
+        {"model": "m", "cluster": "d", "family": "data parallel", "method": "ddp", "step_time_ms": 50.0,
+         "real_step_ms": 100.0, "winner": True, "measured_winner": False},
+        {"model": "m", "cluster": "d", "family": "pipeline", "method": "tapp", "step_time_ms": 80.0,
+         "real_step_ms": 80.0, "winner": False, "measured_winner": True},
+        {"model": "m", "cluster": "d", "family": "op placement", "method": "metis", "step_time_ms": 10.0,
+         "real_step_ms": None, "winner": False, "measured_winner": None}])
+    e = errors(t).set_index("family")
+    assert e.loc["pipeline", "median_abs_error"] == pytest.approx(0.05)  # 10% and 0%
+    assert e.loc["data parallel", "median_abs_error"] == pytest.approx(0.375)  # 25% and 50%
+    assert e.loc["data parallel", "max_abs_error"] == pytest.approx(0.5)
+    assert e.loc["all (winner predicted)", "cases"] == 2 and e.loc["all (winner predicted)", "winner_predicted"] == 1

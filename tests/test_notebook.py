@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import nbformat
+import pytest
 from mlflow.tracking import MlflowClient
 from nbclient import NotebookClient
 
@@ -83,3 +84,29 @@ def test_notebook_is_valid_nbformat_4():
     nbformat.validate(nb)
     assert nb.nbformat == 4 and nb.metadata.kernelspec.name == "python3"
 
+
+
+def test_notebook_finds_the_projects_store_from_notebooks(tmp_path, monkeypatch):
+    """Run from notebooks/ with no MLFLOW_TRACKING_URI: the project's store at the checkout root, not a new
+    empty one beside the notebook."""
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    fill_store(f"sqlite:///{tmp_path / 'mlflow.db'}", "trinity-default", tmp_path / "artifacts")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("TRINITY_EXPERIMENT", raising=False)
+    monkeypatch.delenv("TRINITY_NOTEBOOK_OUT", raising=False)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path / "notebooks")}}).execute()
+    printed = "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
+    assert f"runs in 'trinity-default' at sqlite:///{tmp_path.resolve() / 'mlflow.db'}" in printed
+    assert (tmp_path / "reports" / "figures" / "notebook_comparison.png").exists()
+    assert not (tmp_path / "notebooks" / "mlflow.db").exists()
+
+
+def test_notebook_refuses_a_store_that_does_not_exist(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'nowhere.db'}")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    with pytest.raises(Exception, match="no MLflow store at sqlite:///.*nowhere.db: run `make repro`"):
+        NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert not (tmp_path / "nowhere.db").exists()

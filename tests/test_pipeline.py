@@ -3,6 +3,7 @@ folder, then what DVC, Hydra and MLflow must show afterwards."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -34,31 +35,69 @@ def sh(*cmd, cwd, env=None, timeout=900, check=True) -> subprocess.CompletedProc
     return res
 
 
+#: what a clone holds of the default experiment: a smoke run must leave every byte of it as it was
+DEFAULT_EXPERIMENT_FILES = ("params.yaml", "dvc.lock", "results", "reports")
+
+
 def make_project(folder: Path) -> Path:
-    """A fresh copy of what a clone holds for the pipeline (no results, no mlflow.db)."""
-    for name in ("conf", "pipeline", "trinity", "notebooks"):
+    """A fresh copy of what a clone holds for the pipeline: code, conf/ and the default experiment's committed
+    params, lock and results (no data/, no mlflow.db)."""
+    for name in ("conf", "pipeline", "trinity", "notebooks", "results", "reports"):
         if (ROOT / name).exists():
             shutil.copytree(ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "dvc.yaml", folder / "dvc.yaml")
+    for name in ("dvc.yaml", "params.yaml", "dvc.lock"):
+        shutil.copy(ROOT / name, folder / name)
     sh(BIN / "dvc", "init", "--no-scm", "-q", cwd=folder)
     sh(BIN / "dvc", "config", "hydra.enabled", "true", cwd=folder)
     return folder
 
 
+def tree_digest(project: Path) -> dict[str, str]:
+    """Every file of the project outside experiments/, DVC's own folder and the MLflow store, by content."""
+    return {str(p.relative_to(project)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(project.rglob("*"))
+            if p.is_file() and p.relative_to(project).parts[0] not in ("experiments", ".dvc", "mlflow.db", "mlruns")
+            and "__pycache__" not in p.parts}
+
+
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory) -> Path:
-    """The smoke experiment reproduced once, under one MLflow parent run."""
+def smoke_project(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """The smoke experiment reproduced once, as `make repro EXPERIMENT=smoke` runs it, under one MLflow
+    parent run; with the project's files as they were before it."""
     project = make_project(tmp_path_factory.mktemp("project"))
+    before = tree_digest(project)
     sh(sys.executable, "-m", "trinity.stages.params", "experiment=smoke", cwd=project)
-    sh(sys.executable, "-m", "trinity.stages.tracked", "--", BIN / "dvc", "repro", cwd=project, timeout=1500)
-    return project
+    sh(sys.executable, "-m", "trinity.stages.tracked", "smoke", "--", BIN / "dvc", "repro", cwd=project,
+       timeout=1500)
+    return project, before
 
 
-def runs(project: Path, experiment: str = "trinity-smoke"):
+@pytest.fixture(scope="module")
+def smoke(smoke_project) -> Path:
+    """The smoke experiment's folder (experiments/smoke/: params.yaml, dvc.yaml, dvc.lock, outputs)."""
+    return smoke_project[0] / "experiments" / "smoke"
+
+
+def runs(smoke: Path, experiment: str = "trinity-smoke"):
     import mlflow
 
-    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
+    mlflow.set_tracking_uri(f"sqlite:///{smoke.parents[1] / 'mlflow.db'}")  # the project's one store
     return mlflow.search_runs(experiment_names=[experiment])
+
+
+def test_a_smoke_run_leaves_the_default_experiment_byte_for_byte(smoke_project):
+    project, before = smoke_project
+    assert {p: d for p, d in tree_digest(project).items() if before.get(p) != d} == {}
+    assert set(before) == set(tree_digest(project))
+    assert any(p.startswith("results/search/inception_v3/") for p in before)  # the default's results were there
+    assert (project / "mlflow.db").exists() and not list(project.glob("multirun*"))
+
+
+def test_the_smoke_report_shows_only_its_own_run_and_says_what_ran(smoke):
+    report = (smoke / "reports" / "REPORT.md").read_text()
+    assert report.startswith("# Trinity: report\n\n**Experiment `smoke`** (conf/experiment/smoke.yaml), commit ")
+    assert "wall time: " in report and "| trinity | 4 iterations x 4 samples |" in report
+    assert "inception_v3" not in report
+    assert set(pd.read_csv(smoke / "reports" / "families.csv")["model"]) == {"transformer_lm"}
 
 
 def test_smoke_leaves_every_report(smoke):
@@ -95,6 +134,37 @@ def test_smoke_leaves_every_report(smoke):
     assert all(f"\n{m},0,digits," in runs_table for m in ("ddp", "ps", "daso", "hps")), runs_table
 
 
+#: figures drawn in trinity/report/evaluation.py (the search tables' owner's file): known to crowd their ticks
+OTHERS_FIGURES = ("pareto_", "time_to_quality_")
+
+
+def _overlaps_in_smoke_figures(smoke, folder) -> list[tuple[str, str, str]]:
+    """Every figure of the smoke run's report drawn again, each checked for overlapping text."""
+    from trinity import plots
+    from trinity.report import build_report
+
+    run = yaml.safe_load((smoke / "params.yaml").read_text())["run"]
+    plots.check_text, found = True, plots.text_overlaps_found
+    found.clear()
+    try:
+        written = build_report(smoke / "results", smoke / "data", folder, run=run)
+    finally:
+        plots.check_text = False
+    assert len([p for p in written["files"] if p.endswith(".png")]) >= 14
+    return [(Path(path).name, a, b) for path, a, b in found]
+
+
+def test_every_figure_of_the_smoke_run_is_readable(smoke, tmp_path):
+    overlaps = _overlaps_in_smoke_figures(smoke, tmp_path)
+    assert [o for o in overlaps if not o[0].startswith(OTHERS_FIGURES)] == []
+
+
+@pytest.mark.xfail(reason="the Pareto figure's right panel crowds its ticks; it is drawn in evaluation.py, "
+                          "which another engineer is rewriting", strict=False)
+def test_the_evaluation_figures_of_the_smoke_run_are_readable(smoke, tmp_path):
+    assert [o for o in _overlaps_in_smoke_figures(smoke, tmp_path) if o[0].startswith(OTHERS_FIGURES)] == []
+
+
 def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
     table = runs(smoke)
     parent = table[table["tags.trinity.stage"] == "pipeline"]
@@ -113,7 +183,7 @@ def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
 
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{smoke / 'mlflow.db'}")
+    client = MlflowClient(f"sqlite:///{smoke.parents[1] / 'mlflow.db'}")
     curve = client.get_metric_history(trinity["run_id"].iloc[0], "charts/best_step_time_ms")
     assert [m.step for m in curve] == [0, 1, 2, 3]  # a curve with steps, CleanRL's names
     validate = children[children["tags.trinity.stage"] == "validate"]["run_id"].iloc[0]
@@ -121,17 +191,18 @@ def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
 
 
 def test_dvc_says_nothing_to_reproduce_and_shows_metrics_and_plots(smoke):
-    status = sh(BIN / "dvc", "status", cwd=smoke)
+    status = sh(BIN / "dvc", "status", "dvc.yaml", cwd=smoke)
     assert "up to date" in status.stdout, status.stdout
     metrics = sh(BIN / "dvc", "metrics", "show", cwd=smoke)
-    assert "step_time_ms" in metrics.stdout
+    assert "reports/metrics/tiny_cnn-p100x2.json" in metrics.stdout and "best_ms" in metrics.stdout
+    assert max(map(len, metrics.stdout.splitlines())) <= 120, metrics.stdout  # fits a terminal
     plots = sh(BIN / "dvc", "plots", "show", "-o", "plots_html", cwd=smoke)
     assert (smoke / "plots_html" / "index.html").exists(), plots.stdout
 
 
 def test_one_changed_search_parameter_reruns_only_what_depends_on_it(smoke):
     params = yaml.safe_load((smoke / "params.yaml").read_text())
-    params["methods"]["trinity"]["search"]["lr"] = 0.002
+    params["methods"]["trinity"]["search"]["agent"]["lr"] = 0.002
     (smoke / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     repro = sh(BIN / "dvc", "repro", cwd=smoke).stdout
     ran = {line.split("'")[1] for line in repro.splitlines() if line.startswith("Running stage")}
@@ -142,9 +213,9 @@ def test_the_notebook_rebuilds_the_comparison_from_mlflow(smoke):
     import nbformat
     from nbclient import NotebookClient
 
-    nb = nbformat.read(smoke / "notebooks" / "analysis.ipynb", as_version=4)
+    nb = nbformat.read(smoke.parents[1] / "notebooks" / "analysis.ipynb", as_version=4)
     out = smoke / "notebook_figure.png"
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{smoke / 'mlflow.db'}", "TRINITY_EXPERIMENT": "trinity-smoke",
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{smoke.parents[1] / 'mlflow.db'}", "TRINITY_EXPERIMENT": "trinity-smoke",
            "TRINITY_NOTEBOOK_OUT": str(out)}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -162,8 +233,11 @@ def test_the_notebook_rebuilds_the_comparison_from_mlflow(smoke):
 def test_a_multirun_is_one_parent_with_a_child_per_job(smoke):
     # composed from conf/ (where the parent-run callback is registered), as a user sweeps
     sh(sys.executable, "pipeline/search.py", "-m", "experiment=smoke", "job.model=tiny_cnn", "job.cluster=p100x2",
-       "job.method=m-etf,trinity", "job.seed=0,1", "paths.results=sweep", "mlflow.experiment=sweep", cwd=smoke,
-       timeout=600)
+       "job.method=m-etf,trinity", "job.seed=0,1", "paths.results=sweep", "mlflow.experiment=sweep",
+       cwd=smoke.parents[1], timeout=600)
+    assert len(list((smoke / "sweep" / "search" / "tiny_cnn").glob("*.metrics.json"))) == 4  # the experiment's folder
+    (record,) = (smoke.parents[1] / "multirun").glob("*/multirun.yaml")  # what was swept; no empty job folders
+    assert [p.name for p in record.parent.iterdir()] == ["multirun.yaml"]
     table = runs(smoke, "sweep")
     parent = table[table["tags.trinity.stage"] == "multirun"]
     assert len(parent) == 1 and parent["status"].iloc[0] == "FINISHED"
@@ -175,15 +249,16 @@ def test_a_multirun_is_one_parent_with_a_child_per_job(smoke):
 
 
 def _stage(project, stage, *overrides, env=None, check=False):
-    return sh(sys.executable, f"pipeline/{stage}.py", "-cd", ".", "-cn", "params", *overrides, cwd=project,
+    return sh(sys.executable, project.parents[1] / "pipeline" / f"{stage}.py", "-cd", ".", "-cn", "params", *overrides,
+              cwd=project,
               env=env, check=check, timeout=600)
 
 
 def test_a_missing_input_names_the_stage_to_run(smoke, tmp_path):
     res = _stage(smoke, "embed", "job.model=resnet_small")
     assert res.returncode == 2
-    assert "data/resnet_small/profile/graph.json.gz: missing; run the profile stage first (dvc repro " \
-           "profile@resnet_small)" in res.stderr
+    assert "data/resnet_small/profile/graph.json.gz: missing; run the profile stage first (make repro " \
+           "EXPERIMENT=smoke, or dvc repro experiments/smoke/dvc.yaml:profile@resnet_small)" in res.stderr
     assert "Traceback" not in res.stderr
 
 
@@ -236,7 +311,8 @@ def test_a_killed_search_resumes_from_its_checkpoint_in_the_same_run(smoke):
             "mlflow.experiment=resume", "methods.hierarchical.search.iterations=1000",
             "methods.hierarchical.search.checkpoint_every=1"]
     before = set((smoke / "runs").glob("*"))
-    proc = subprocess.Popen([sys.executable, "pipeline/search.py", "-cd", ".", "-cn", "params", *args], cwd=smoke,
+    proc = subprocess.Popen([sys.executable, smoke.parents[1] / "pipeline" / "search.py", "-cd", ".", "-cn", "params",
+                             *args], cwd=smoke,
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and not any((d / "checkpoint.pt").exists()

@@ -1,6 +1,8 @@
 """Pipeline parallelism (issue 11): plans, the cost model on a hand-built case, the partitioners against
 brute force, TAPP's search, and real runs on 2 local gloo processes."""
 
+import json
+import os
 import random
 import time
 
@@ -176,3 +178,41 @@ def test_a_dying_worker_is_an_error_not_a_hang(tmp_path):
                      "--plan", str(tmp_path / "plan.json"), "--fail-rank", "1"], 2, out_dir=tmp_path, timeout_s=60)
     assert time.monotonic() - start < 60
     assert psutil.Process().children(recursive=True) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="shaped links need root (network namespaces)")
+def test_a_plan_across_two_nodes_pays_the_shaped_link(tmp_path):
+    """Stage 0 on node a, stage 1 on node b: every micro-batch's activations (2 x 8 x 16 floats, 1,024 bytes)
+    and their gradients cross a 0.02 MB/s port, 51 ms each; the 4 forward sends queue on one port, so a step
+    takes at least 4 x 51 ms (the backward ones use the other direction's port). On loopback: no such floor."""
+    from trinity.pipeline_parallel import measure
+    from trinity.runtime.links import namespaces_of
+    plan = PipelinePlan((0, 2, 4), (0, 1), 4, "1f1b")
+    steps = {}
+    for bw_GBps in (2.0, 0.00002):
+        cluster = cluster_from_dict({"devices": [{"name": n, "node": n, "memory_GB": 8} for n in "ab"],
+                                     "default_link": {"bandwidth_GBps": bw_GBps, "latency_us": 100}})
+        steps[bw_GBps] = measure(plan, "transformer_lm", 8, steps=2, warmup=1, out_dir=tmp_path / str(bw_GBps),
+                                 options=json.loads(TINY), cluster=cluster, timeout_s=120)["step_time_us"]
+    assert steps[0.00002] >= 0.9 * 4 * 1024 / 0.02  # us: the shaped port's floor (a loaded machine only adds)
+    assert steps[0.00002] > steps[2.0]
+    assert namespaces_of(os.getpid()) == []
+
+
+def test_random_plans_are_uniform_over_the_space_and_random_search_keeps_the_best():
+    from collections import Counter
+
+    from trinity.pipeline_parallel import enumerate_plans, random_search
+    from trinity.pipeline_parallel.partition import random_plan
+    rng = np.random.default_rng(0)
+    space = {p.key for p in enumerate_plans(3, 3)}  # 3 + 2 x 6 + 1 x 6 = 21 plans
+    draws = Counter(random_plan(rng, 3, 3).key for _ in range(21_000))
+    assert set(draws) == space and len(space) == count_plans(3, 3) == 21
+    assert max(draws.values()) < 1200 and min(draws.values()) > 800  # 1000 each, +/- 6 sigma
+    prof, c = random_case(random.Random(1), 6, 3)
+    found = random_search(prof, c, evaluations=200, seed=3)
+    again = random_search(prof, c, evaluations=200, seed=3)
+    assert found == again and found.value == pytest.approx(predict(found.plan, prof, c).step_time_us)
+    assert found.value >= exhaustive_search(prof, c).value
+    with pytest.raises(PipelineError, match="evaluations"):
+        random_search(prof, c, evaluations=0)

@@ -145,6 +145,12 @@ def test_summary_and_metrics_json(report):
                              "rank_correlation": 1.0, "held_out_split_rank_correlation": 1.0}}
     assert summary["counts"] == {"models": 1, "cases": 2, "search_jobs": 9, "validated_strategies": 7}
     assert json.loads((out / "metrics.json").read_text()) == summary
+    # what `dvc metrics show` reads: a file per row, a few well-named numbers each
+    assert {p.name: json.loads(p.read_text()) for p in (out / "metrics").glob("*.json")} == {
+        "inception_v3-p100x2.json": {"best_ms": 9.0, "best_method": "trinity"},
+        "inception_v3-p100x4.json": {"best_ms": 8.0, "best_method": "optimum"},
+        "sim_vs_real-inception_v3-b64.json": {"median_err": 0.175, "rank": None},
+        "sim_vs_real-inception_v3-b16.json": {"median_err": 0.2, "rank": 1.0}}
 
 
 def test_every_file_is_written(report):
@@ -158,6 +164,8 @@ def test_every_file_is_written(report):
              for ext in ("csv", "md")]
     names += ["REPORT.md", "metrics.json", "data_parallel.csv", "data_parallel_summary.csv", "validation.csv"]
     names += [f"plots/{n}.csv" for n in ("methods", "convergence", "sim_vs_real")]
+    names += [f"metrics/{n}.json" for n in ("inception_v3-p100x2", "inception_v3-p100x4",
+                                             "sim_vs_real-inception_v3-b64", "sim_vs_real-inception_v3-b16")]
     names += [f"figures/{n}" for n in figures]
     assert sorted(written["files"]) == sorted(str(out / n) for n in names)
     assert all((out / n).stat().st_size > 0 for n in names)
@@ -325,3 +333,15 @@ def test_data_parallel_runs_and_their_summary_against_ddp(report):
     assert s.loc["ddp", "final_val_acc"] == 0.96 and s.loc["ddp", "train_time_s_vs_ddp"] == 1.0
     text = (out / "REPORT.md").read_text()
     assert "worker(s) 3 slowed 3.0x" in text and "## Data parallelism, trained for real" in text
+
+
+def test_per_method_summarises_the_committed_partition_metrics(tmp_path):
+    from trinity.fileio import write_json
+    from trinity.report.pipeline_parallel import per_method
+    folder = tmp_path / "partition" / "m"
+    for method, seed, ms in (("tapp", 0, 10.0), ("tapp", 1, 12.0), ("even", 0, 20.0)):
+        write_json(folder / f"c-{method}-s{seed}.metrics.json",
+                   {"method": method, "seed": seed, "step_time_ms": ms, "search_seconds": 1.0})
+    t = per_method(tmp_path, "m", "c").set_index("method")
+    assert t.loc["tapp", "seeds"] == 2 and t.loc["tapp", "step_ms"] == 11.0
+    assert t.loc["tapp", "step_std_ms"] == 1.414 and list(t.index) == ["tapp", "even"]  # rounded to 3 places

@@ -48,11 +48,23 @@ def test_hanging_rank_times_out(tmp_path):
     _no_leftovers()
 
 
-def test_throttle_scales_the_block():
-    start = time.perf_counter()
+def _spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_throttle_busy_computes_the_extra_time_on_its_core():
+    """A 3x slower rank computes 3x the block's CPU time: the extra is spent holding the core, not sleeping."""
+    wall, cpu = time.perf_counter(), time.thread_time()
     with throttle(3.0):
-        time.sleep(0.05)
-    assert time.perf_counter() - start >= 0.15
+        _spin(0.05)
+    assert time.thread_time() - cpu >= 0.15 - 1e-3  # the extra 0.1 s is CPU time, not a sleep
+    assert time.perf_counter() - wall >= 0.15 - 1e-3
+    cpu = time.thread_time()
+    with throttle(3.0):
+        time.sleep(0.05)  # waiting is not computing: nothing to slow down
+    assert time.thread_time() - cpu < 0.02
     with pytest.raises(ValueError):
         with throttle(0.5):
             pass

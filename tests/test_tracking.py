@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -9,6 +10,8 @@ from mlflow.tracking import MlflowClient
 from trinity.errors import TrinityError
 from trinity.stages import config
 from trinity.track import end_status, open_store
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("exc,status", [(None, "FINISHED"), (ValueError(), "FAILED"),
@@ -23,8 +26,9 @@ def test_end_status(exc, status):
     ([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"], 143, "KILLED"),
 ])
 def test_a_pipeline_run_is_one_parent_ending_as_its_command(tmp_path, command, code, status):
-    config.write_params(config.compose(["experiment=smoke"]), tmp_path / "params.yaml")
-    res = subprocess.run([sys.executable, "-m", "trinity.stages.tracked", "--", *command], cwd=tmp_path)
+    (tmp_path / "dvc.yaml").write_text((ROOT / "dvc.yaml").read_text())
+    config.write_experiment(config.compose(["experiment=smoke"]), tmp_path)
+    res = subprocess.run([sys.executable, "-m", "trinity.stages.tracked", "smoke", "--", *command], cwd=tmp_path)
     assert res.returncode == code
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("trinity-smoke").experiment_id])

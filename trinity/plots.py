@@ -9,16 +9,94 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from trinity.fileio import atomic_write_bytes  # noqa: E402
 
 
+#: set by tests (and anyone checking a report): every figure saved is checked for overlapping text, and
+#: what overlaps is appended here as ``(path, text, other text)``
+check_text: bool = False
+text_overlaps_found: list[tuple[str, str, str]] = []
+
+
 def _save(fig, path: str | os.PathLike) -> None:
+    if check_text:
+        text_overlaps_found.extend((str(path), a, b) for a, b in text_overlaps(fig))
     buf = io.BytesIO()
     fig.savefig(buf, format=str(path).rsplit(".", 1)[-1], dpi=120, bbox_inches="tight")
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def _texts(fig) -> list:
+    """Every visible, non-empty piece of text of a figure: titles, axis and tick labels, legends, notes."""
+    found = list(fig.texts)
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        found += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        found += [*_drawn_tick_labels(ax.xaxis), *_drawn_tick_labels(ax.yaxis)]
+        legend = ax.get_legend()
+        if legend is not None:
+            found += [*legend.get_texts(), legend.get_title()]
+    for legend in fig.legends:
+        found += [*legend.get_texts(), legend.get_title()]
+    return [t for t in found if t.get_visible() and t.get_text().strip()]
+
+
+def _drawn_tick_labels(axis) -> list:
+    """The tick labels an axis draws: those of ticks within its view limits (the others exist, unseen)."""
+    low, high = sorted(axis.get_view_interval())
+    slack = 1e-9 * max(abs(high - low), 1e-300)
+    ticks = [t for t in axis.get_major_ticks() + axis.get_minor_ticks() if low - slack <= t.get_loc() <= high + slack]
+    return [label for t in ticks for label in (t.label1, t.label2) if label.get_visible()]
+
+
+def text_overlaps(fig, tolerance_px: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of texts of ``fig`` that overlap as drawn at the saved resolution (tick labels crowding each
+    other, a label over a title, two notes on one spot)."""
+    fig.set_dpi(120)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = []
+    for text in _texts(fig):
+        box = text.get_window_extent(renderer)
+        if box.width > 0 and box.height > 0:
+            boxes.append((text.get_text(), box.expanded(1, 1).padded(-tolerance_px)))
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
+
+
+def method_colours(methods) -> dict[str, tuple]:
+    """A distinct colour per method (up to 20), the same method always the same colour within a figure."""
+    palette = plt.cm.tab20.colors if len(methods) > 10 else plt.cm.tab10.colors
+    return {m: palette[i % len(palette)] for i, m in enumerate(methods)}
+
+
+def round_log_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About ``count`` round ticks for a log axis from ``low`` to ``high``: powers of ten, then 1-2-5, then
+    finer mantissas until at least three fall in range."""
+    decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+    ticks: list[float] = []
+    for mantissas in ((1,), (1, 2, 5), (1, 2, 3, 5, 7), tuple(range(1, 10))):
+        ticks = [float(f"{m * 10.0 ** k:.12g}") for k in decades for m in mantissas if low <= m * 10.0 ** k <= high]
+        if len(ticks) >= 3:
+            break
+    if len(ticks) < 2:  # a range narrower than one step of a digit: two significant digits
+        ticks = sorted({t for t in (float(f"{v:.2g}") for v in np.geomspace(low, high, count)) if low <= t <= high})
+    return ticks[::-(-len(ticks) // count)] if len(ticks) > count else ticks
+
+
+def plain_log_ticks(axis, low: float, high: float, count: int = 5) -> None:
+    """Round ticks on a log axis from ``low`` to ``high``, labelled as plain numbers (2, 5, 10), not
+    2x10^0; no minor labels."""
+    from matplotlib.ticker import FuncFormatter, NullLocator
+
+    axis.set_ticks(round_log_ticks(low, high, count))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 def plot_comparison(table: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
@@ -70,7 +148,10 @@ def plot_gantt(gantt: pd.DataFrame, path: str | os.PathLike, title: str = "",
     devices = sorted(gantt["device"].unique())
     rows = devices + ([f"{d} send" for d in devices] if transfers is not None else [])
     fig, ax = plt.subplots(figsize=(12, 0.5 * len(rows) + 1.5))
-    colors = {t: plt.cm.tab20(i % 20) for i, t in enumerate(sorted(gantt["type"].unique()))}
+    # a distinct colour for each of the op types that take the most time, one grey for the rest
+    busy = (gantt["end_us"] - gantt["start_us"]).groupby(gantt["type"]).sum().sort_values(ascending=False)
+    shown = list(busy.index[:12])
+    colors = {t: "lightgrey" for t in busy.index} | {t: plt.cm.tab20(i) for i, t in enumerate(shown)}
     for y, dev in enumerate(devices):
         ops = gantt[(gantt["device"] == dev) & (gantt["end_us"] > gantt["start_us"])]
         ax.broken_barh(list(zip(ops["start_us"] / 1e3, (ops["end_us"] - ops["start_us"]) / 1e3)), (y - 0.4, 0.8),
@@ -79,10 +160,17 @@ def plot_gantt(gantt: pd.DataFrame, path: str | os.PathLike, title: str = "",
         for y, dev in enumerate(devices, start=len(devices)):
             xs = transfers[transfers["src"] == dev]
             ax.broken_barh(list(zip(xs["start_us"] / 1e3, (xs["end_us"] - xs["start_us"]) / 1e3)),
-                           (y - 0.4, 0.8), facecolors="grey")
+                           (y - 0.4, 0.8), facecolors="dimgrey")
     ax.set_yticks(range(len(rows)), rows)
     ax.set_xlabel("time (ms)")
     ax.set_title(title)
+    handles = [Patch(color=colors[t], label=t) for t in shown]
+    if len(busy) > len(shown):
+        handles.append(Patch(color="lightgrey", label=f"{len(busy) - len(shown)} other op types"))
+    if transfers is not None:
+        handles.append(Patch(color="dimgrey", label="transfer (send rows)"))
+    ax.legend(handles=handles, title="op type", fontsize=7, title_fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), frameon=False)
     _save(fig, path)
 
 

@@ -9,16 +9,30 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
-DEFAULT_URI = "sqlite:///mlflow.db"
+DEFAULT_URI = "sqlite:///mlflow.db"  # in the project's root folder (see default_uri)
 #: a pipeline run or a Hydra multirun puts its parent run's id here; each job's run nests under it
 PARENT_ENV = "TRINITY_PARENT_RUN_ID"
 
 
+def project_root(start: str | os.PathLike | None = None) -> Path:
+    """The DVC project around ``start`` (default: the working directory): the nearest folder up that holds
+    ``.dvc/``; ``start`` itself outside any project."""
+    start = Path(start or os.getcwd()).resolve()
+    return next((d for d in (start, *start.parents) if (d / ".dvc").is_dir()), start)
+
+
+def default_uri(start: str | os.PathLike | None = None) -> str:
+    """The project's one local store, ``<project root>/mlflow.db``: the same store whichever folder a
+    stage (an experiment's, under experiments/), the notebook (notebooks/) or a user runs from."""
+    return f"sqlite:///{project_root(start) / 'mlflow.db'}"
+
+
 def tracking_uri(uri: str | None = None) -> str:
-    """``uri``, else $MLFLOW_TRACKING_URI, else the local SQLite store."""
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    """``uri``, else $MLFLOW_TRACKING_URI, else the project's local SQLite store."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
 
 
 def open_store(uri: str | None = None, timeout_s: float = 5.0) -> str:
@@ -37,7 +51,7 @@ def open_store(uri: str | None = None, timeout_s: float = 5.0) -> str:
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise TrinityError(f"MLflow tracking server {uri} is not reachable ({reason}); start it, or unset "
-                               f"MLFLOW_TRACKING_URI to log to {DEFAULT_URI}", field="MLFLOW_TRACKING_URI") from None
+                               f"MLFLOW_TRACKING_URI to log to {default_uri()}", field="MLFLOW_TRACKING_URI") from None
     else:
         from mlflow.tracking import MlflowClient
 
@@ -132,3 +146,76 @@ class MLflowTracker(NullTracker):
     def close(self, status: str = "FINISHED") -> None:
         self.flush()
         self.client.set_terminated(self.run_id, status)
+
+
+class TrackingServer:
+    """`mlflow server` on this machine: a SQLite backend and an artifact root on disk under ``folder``, on a
+    free local port; stopped (with every process it started) when the block ends.
+
+        with TrackingServer("tracking") as server:   # server.uri: http://127.0.0.1:PORT
+            ...
+    """
+
+    def __init__(self, folder: str | os.PathLike, host: str = "127.0.0.1", port: int | None = None,
+                 start_timeout_s: float = 120):
+        from pathlib import Path
+
+        self.folder = Path(folder)
+        self.host, self.port = host, port
+        self.start_timeout_s = start_timeout_s
+        self.proc = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> TrackingServer:
+        import socket
+        import subprocess
+        import sys
+
+        from trinity.errors import TrinityError
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.port is None:
+            with socket.socket() as s:
+                s.bind((self.host, 0))
+                self.port = s.getsockname()[1]
+        log = open(self.folder / "server.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", self.host, "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{(self.folder / 'mlflow.db').resolve()}",
+             "--artifacts-destination", str((self.folder / "artifacts").resolve()), "--workers", "1"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            try:
+                open_store(self.uri, timeout_s=1)
+                return self
+            except TrinityError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.__exit__()
+                    raise TrinityError(f"mlflow server did not start (see {self.folder / 'server.log'})") from None
+                time.sleep(0.5)
+
+    def __exit__(self, *exc) -> None:
+        import signal
+        import subprocess
+
+        if self.proc is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # the server's whole session: gunicorn/uvicorn workers too
+            try:
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(timeout=20)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # a worker the server left behind
+        except ProcessLookupError:
+            pass
+        self.proc = None

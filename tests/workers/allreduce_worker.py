@@ -20,5 +20,5 @@ if mode == "hang" and rank == 1:
     time.sleep(600)
 dist.all_reduce(x)  # the dead or hanging rank's peers wait here until the collective times out
 write_rank_result({"rank": rank, "world": world, "sum": float(x), "threads": torch.get_num_threads(),
-                   "pid": os.getpid()})
+                   "pid": os.getpid(), "cpus": sorted(os.sched_getaffinity(0))})
 dist.destroy_process_group()

@@ -7,9 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 from trinity.errors import TrinityError, short_repr
-
-METHODS = ("ddp", "ps", "daso", "hps")
-
+from trinity.runtime.links import LinkSpec
 
 class DataParallelError(TrinityError):
     """A data-parallel setting or input that cannot run (bad share, precision, method, config field)."""
@@ -79,28 +77,12 @@ class HpsConfig:
 
 
 @dataclass(frozen=True)
-class LinkConfig:
-    """The slow link between nodes, made real: each inter-node transfer waits latency + bytes / bandwidth first."""
-
-    latency_ms: float = 1.0
-    bandwidth_MBps: float = 100.0  # MB = 1e6 bytes
-
-    def delay_s(self, nbytes: float) -> float:
-        return self.latency_ms / 1e3 + nbytes / (self.bandwidth_MBps * 1e6)
-
-    def validate(self) -> "LinkConfig":
-        _positive(self.latency_ms, "link.latency_ms", zero_ok=True)
-        _positive(self.bandwidth_MBps, "link.bandwidth_MBps")
-        return self
-
-
-@dataclass(frozen=True)
 class TrainConfig:
     """One training run: 4 local processes in 2 nodes, one of them slow, unless told otherwise."""
 
     nproc: int = 4
     procs_per_node: int = 2  # ranks [0, k) are node 0, [k, 2k) node 1, ...
-    slow_ranks: tuple[int, ...] = (3,)  # these ranks' computation is throttled by `slowdown`
+    slow_ranks: tuple[int, ...] = (3,)  # these ranks busy-compute `slowdown` x their computation
     slowdown: float = 3.0
     epochs: int = 20
     global_batch: int = 64  # samples per step over all workers
@@ -113,7 +95,9 @@ class TrainConfig:
     # example batch of `global_batch` samples (synthetic, fixed: for step times, not for accuracy)
     model: str = "mlp"
     model_options: dict = field(default_factory=dict)
-    link: LinkConfig | None = field(default_factory=LinkConfig)  # None: no emulated link (as the ranks connect)
+    # between nodes: each node a network namespace, its port shaped by the kernel (trinity.runtime.links);
+    # None: every rank on this machine's loopback
+    link: LinkSpec | None = field(default_factory=LinkSpec)
     # DASO's warm-up and cool-down scaled from Heat's 4 + 4 of ~90 epochs to this run's 20
     daso: DasoConfig = field(default_factory=lambda: DasoConfig(warmup_epochs=2, cooldown_epochs=2))
     hps: HpsConfig = field(default_factory=HpsConfig)
@@ -145,7 +129,10 @@ class TrainConfig:
         _check(isinstance(self.model_options, Mapping), "model_options",
                f"must be a mapping, got {short_repr(self.model_options)}")
         if self.link is not None:
-            self.link.validate()
+            from trinity.runtime.links import MAX_NODES
+            self.link.validate("link")
+            _check(self.nproc // self.procs_per_node <= MAX_NODES, "procs_per_node",
+                   f"{self.nproc // self.procs_per_node} nodes; a shaped network takes at most {MAX_NODES}")
         self.daso.validate()
         self.hps.validate()
         return self
@@ -158,7 +145,7 @@ class TrainConfig:
         """From a plain mapping (a Hydra node): unknown keys refused, nested sections merged over the defaults."""
         if not isinstance(doc, Mapping):
             raise DataParallelError(f"must be a mapping, got {short_repr(doc)}", field="train")
-        nested = {"link": LinkConfig, "daso": DasoConfig, "hps": HpsConfig}
+        nested = {"link": LinkSpec, "daso": DasoConfig, "hps": HpsConfig}
         known = {f.name for f in fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, value in doc.items():

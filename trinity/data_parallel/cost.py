@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from trinity.cluster import Cluster
-from trinity.data_parallel.config import METHODS, DataParallelError
+from trinity.data_parallel.config import DataParallelError
+from trinity.data_parallel.strategies import METHODS
 from trinity.data_parallel.hps import batch_shares
 from trinity.step_cost import StepCost
 

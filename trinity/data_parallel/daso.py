@@ -15,7 +15,7 @@ S = 1 after warm-up; a plateau (no 5% relative improvement for more than 2 epoch
 local skip and lowers S by 1 (both kept >= 1); a plateau at B = 1 resets B = 8, local skip = S = 2.
 
 `blend`, `Plateau`, `DasoSchedule` and `epoch_plan` are plain Python (tested against hand-computed
-values); `DasoSync` applies them to a model with torch.distributed.
+values); the strategy `trinity.data_parallel.strategies.daso` applies them to a model with torch.distributed.
 
 Differences from Heat: parameters travel as float32 (Heat casts blocking syncs to bfloat16); a batch
 receives pending sums before it sends (Heat sends first), so what it sends already holds them.
@@ -25,10 +25,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import torch
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
-
-from trinity.data_parallel.comm import Comm, Handle
 from trinity.data_parallel.config import DasoConfig, DataParallelError
 
 
@@ -169,76 +165,3 @@ class DasoSchedule:
         self.epoch, self.global_skip = doc["epoch"], doc["global_skip"]
         self.local_skip, self.wait = doc["local_skip"], doc["wait"]
         self.plateau = Plateau(**doc["plateau"])
-
-
-class DasoSync:
-    """DASO on a model's parameters: call `after_backward` before and `after_step` after each optimizer step."""
-
-    def __init__(self, model: torch.nn.Module, comm: Comm, schedule: DasoSchedule, world: int):
-        self.model, self.comm, self.schedule = model, comm, schedule
-        self.scale = world / comm.k  # gradients are sums over the global batch: x P/k = the node's mean
-        self._plans: list[BatchPlan] = []
-        self._pending: dict[int, tuple[Handle | None, torch.Tensor | None, int, int]] = {}
-
-    def start_epoch(self, n_batches: int) -> None:
-        s = self.schedule
-        self._plans = epoch_plan(n_batches, s.global_skip, s.local_skip, s.wait, self.comm.k)
-
-    def after_backward(self, batch: int) -> None:
-        grads = [p.grad for p in self.model.parameters()]
-        if not self._plans[batch].local_sync or self.comm.k == 1:  # a step on this rank's own mean gradient
-            for g in grads:
-                g.mul_(self.comm.world)
-            return
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        self.comm.all_reduce(flat, self.comm.node_ranks(self.comm.node))
-        flat.mul_(self.scale / self.comm.k)
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
-
-    @torch.no_grad()
-    def after_step(self, batch: int) -> None:
-        plan = self._plans[batch]
-        for sent_at in plan.receive:
-            self._receive(sent_at)
-        if plan.blocking_group is not None:
-            self._blocking(plan.blocking_group)
-        elif plan.send_group is not None:
-            self._send(batch, plan.send_group, plan.wait)
-
-    def _member(self, group: int) -> bool:
-        return self.comm.local_index == group
-
-    def _node_broadcast(self, group: int) -> None:
-        """The node's member of ``group`` hands its parameters to the rest of the node."""
-        if self.comm.k == 1:
-            return
-        flat = parameters_to_vector(self.model.parameters())
-        src = self.comm.node * self.comm.k + group
-        self.comm.broadcast(flat, src, self.comm.node_ranks(self.comm.node))
-        vector_to_parameters(flat, self.model.parameters())
-
-    def _send(self, batch: int, group: int, wait: int) -> None:
-        if self._member(group):
-            buf = parameters_to_vector(self.model.parameters()).clone()
-            handle = self.comm.all_reduce(buf, self.comm.global_ranks(group), async_=True)
-            self._pending[batch] = (handle, buf, group, wait)
-        else:
-            self._pending[batch] = (None, None, group, wait)
-
-    def _receive(self, sent_at: int) -> None:
-        handle, buf, group, wait = self._pending.pop(sent_at)
-        if handle is not None:
-            handle.wait()
-            local = parameters_to_vector(self.model.parameters())
-            vector_to_parameters(blend(local, buf, wait, self.comm.n_nodes), self.model.parameters())
-        self._node_broadcast(group)
-
-    def _blocking(self, group: int) -> None:
-        if self._member(group):
-            buf = parameters_to_vector(self.model.parameters()).clone()
-            self.comm.all_reduce(buf, self.comm.global_ranks(group))
-            vector_to_parameters(blend(None, buf, 0, self.comm.n_nodes), self.model.parameters())
-        self._node_broadcast(group)

@@ -4,8 +4,8 @@ its data-parallel predictions against.
 
 `cluster_train_config` turns the cluster into a `TrainConfig`: one rank per device, nodes of equal size
 from the devices' ``node`` fields (consecutive devices), each rank slowed by fastest speed / its own (one
-factor for every slowed rank), no emulated link (the ranks talk over loopback, as the cluster's links
-describe), DASO in its cycling phase from the first step (the cost model's B = 4, S = 1; no blocking
+factor for every slowed rank), the link between nodes shaped by the kernel as the cluster describes it
+(`trinity.runtime.links.cluster_network`; loopback inside a node), DASO in its cycling phase from the first step (the cost model's B = 4, S = 1; no blocking
 warm-up or cool-down epochs). `measure_step` trains 2 epochs of ``steps`` steps on the model's example
 batch: the first warms up, the second is timed on rank 0 (from the end of the first epoch's closing
 metrics exchange, which every rank joins, to the end of the second's).
@@ -29,6 +29,7 @@ def slowdown_factors(cluster: Cluster) -> list[float]:
 def cluster_train_config(cluster: Cluster, model: str, batch: int, options: dict | None = None, *,
                          threads: int = 1) -> TrainConfig:
     """A `TrainConfig` whose ranks are ``cluster``'s devices (module docstring)."""
+    from trinity.runtime.links import cluster_network
     sizes = [len(list(g)) for _, g in groupby(cluster.nodes)]
     if len(set(sizes)) != 1 or len(sizes) != len(set(cluster.nodes)):
         raise DataParallelError(f"needs nodes of equal size with consecutive devices, got {cluster.nodes}",
@@ -41,7 +42,7 @@ def cluster_train_config(cluster: Cluster, model: str, batch: int, options: dict
     return TrainConfig(nproc=cluster.n_devices, procs_per_node=sizes[0],
                        slow_ranks=tuple(i for i, f in enumerate(factors) if f > 1 + 1e-9),
                        slowdown=slowed[0] if slowed else 1.0, epochs=2, global_batch=int(batch), lr=0.01,
-                       model=model, model_options=dict(options or {}), link=None,
+                       model=model, model_options=dict(options or {}), link=cluster_network(cluster)[1],
                        daso=DasoConfig(warmup_epochs=0, cooldown_epochs=0), threads=threads).validate()
 
 

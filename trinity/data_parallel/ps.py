@@ -8,9 +8,16 @@ gradient), the server takes one optimizer step and sends the new parameters to e
 
 Collectives rather than ``torch.distributed.rpc``: gloo's reduce and broadcast move exactly a
 parameter server's traffic (each worker's gradient in, each worker's copy out), run under the same
-torchrun launch, the same process groups and the same timeouts as the other methods, and need no RPC
-agent; with one server the RPC's asynchronous calls would buy nothing the link thread does not
+launch, the same process groups and the same timeouts as the other methods, and need no RPC agent;
+with one server the RPC's asynchronous calls would buy nothing the background thread does not
 (`Comm.submit` runs an exchange in the background, which is how H-PS overlaps it).
+
+Against a standard parameter server (Li et al., OSDI 2014; TensorFlow's PS strategy): the same
+synchronous protocol (push gradients, the server applies the optimizer, pull parameters) with one
+server shard on rank 0, which also works; the server's inbound and outbound traffic all crosses its
+own node's port (a standard PS shards the parameters over several servers to spread that load), and
+the push is a tree reduce (gloo's), so the server receives partial sums rather than every worker's
+gradient: the same bytes on the server's port when every other worker is on another node.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ class ParameterServer:
     def exchange(self, grad: torch.Tensor, bits: int | None = None) -> torch.Tensor:
         """Send this worker's flat gradient; the new flat parameters every worker computes with next.
 
-        Blocking; runs on the link thread (`Comm.submit`), since its collectives cross nodes.
+        Blocking; H-PS runs it on the background thread (`Comm.submit`) to overlap it with computing.
         """
         grad = grad.clone()
         self.comm.reduce(grad, self.server, self.ranks)
@@ -55,7 +62,7 @@ class ParameterServer:
             self.optimizer.step()
         if bits is None:
             flat = parameters_to_vector(self.master) if self.is_server else torch.empty(sum(self.sizes))
-            self.comm.broadcast_inline(flat.detach(), self.server, self.ranks)
+            self.comm.broadcast(flat.detach(), self.server, self.ranks)
             return flat.detach()
         return self._broadcast_quantized(check_bits(bits))
 
@@ -69,8 +76,8 @@ class ParameterServer:
             codes = torch.empty(sum(self.sizes), dtype=code_dtype(bits))
             meta = torch.empty(len(self.sizes), 2, dtype=torch.float32)
         # gloo broadcasts no int16: 16-bit codes travel as their bytes (the same number of bytes)
-        self.comm.broadcast_inline(codes.view(torch.uint8), self.server, self.ranks)
-        self.comm.broadcast_inline(meta, self.server, self.ranks)
+        self.comm.broadcast(codes.view(torch.uint8), self.server, self.ranks)
+        self.comm.broadcast(meta, self.server, self.ranks)
         out, offset = [], 0
         for (lo, scale), n in zip(meta.tolist(), self.sizes):
             out.append(dequantize(Quantized(codes[offset:offset + n], lo, scale, bits)))

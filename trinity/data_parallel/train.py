@@ -1,7 +1,11 @@
-"""The data-parallel worker program (``python -m trinity.data_parallel.train``, under torchrun) and its launcher.
+"""The data-parallel worker program (``python -m trinity.data_parallel.train``) and its launcher.
+
+The worker knows no method by name: the method is a synchronisation strategy
+(`trinity.data_parallel.strategies`) it hands each step's gradients to.
 
 `train(method, seed=..., config=..., out_dir=..., timeout_s=...)` runs one training on local processes
-through `trinity.runtime.torchrun.run_torchrun` and returns the merged result: method, seed, data set,
+through `trinity.runtime.ranks.run_ranks` (ranks pinned to cores, nodes in namespaces whose link the
+kernel shapes) and returns the merged result: method, seed, data set,
 wall time to the target validation loss, final validation loss and accuracy, bytes sent (per rank and
 in total, counted by `Comm`), and the validation loss against wall time (one point per epoch).
 
@@ -24,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from trinity.data_parallel.config import METHODS, DataParallelError, TrainConfig
+from trinity.data_parallel.config import DataParallelError, TrainConfig
+from trinity.data_parallel.strategies import METHODS, strategy_class
 from trinity.fileio import atomic_write_bytes, read_json, write_json
 
 MODULE = "trinity.data_parallel.train"
@@ -32,17 +37,6 @@ CHECKPOINT = "checkpoint.pt"
 
 
 # ====================================================================== inside a worker
-def _flat_grad(model: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-
-
-def _set_grad(model: torch.nn.Module, flat: torch.Tensor) -> None:
-    offset = 0
-    for p in model.parameters():
-        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-        offset += p.numel()
-
-
 @torch.no_grad()
 def _evaluate(task, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float | None]:
     out = task.model(x)
@@ -60,53 +54,35 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
            dump_params: bool = False) -> dict:
     """One rank's training; rank 0's result carries the curve and the model's final scores."""
     import torch.distributed as dist
-    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+    from torch.nn.utils import parameters_to_vector
 
     from trinity.data_parallel.comm import Comm
-    from trinity.data_parallel.daso import DasoSchedule, DasoSync
     from trinity.data_parallel.data import task as make_task
-    from trinity.data_parallel.hps import SpeedMeter, batch_shares
-    from trinity.data_parallel.ps import ParameterServer
-    from trinity.data_parallel.quantize import precision_for
+    from trinity.data_parallel.strategies import strategy_class
     from trinity.runtime.torchrun import init_worker, throttle
 
     rank, world = init_worker()
     if world != cfg.nproc:
         raise DataParallelError(f"launched on {world} ranks, config says {cfg.nproc}", field="nproc")
-    comm = Comm(rank, world, cfg.procs_per_node, cfg.link)
+    comm = Comm(rank, world, cfg.procs_per_node)
     task = make_task(cfg, seed)
     data, model = task.data, task.model
+    strategy = strategy_class(method)(model, comm, cfg)
     G = cfg.global_batch
-    all_ranks = tuple(range(world))
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum) \
-        if method in ("ddp", "daso") else None
-    ps_momentum = cfg.hps.stale_momentum if method == "hps" and cfg.hps.overlap else cfg.momentum
-    server = ParameterServer(model, comm, lr=cfg.lr, momentum=ps_momentum) if method in ("ps", "hps") else None
-    schedule = DasoSchedule(cfg.daso, total_epochs=cfg.epochs) if method == "daso" else None
-    daso = DasoSync(model, comm, schedule, world) if schedule else None
-    shares = batch_shares([1.0] * world, G)
-    meter = SpeedMeter(cfg.hps.speed_smoothing)
     steps = len(data.x_train) // G if max_steps is None else max_steps
     epoch_losses: list[float] = []
     curve: list[dict] = []
-    history: list[dict] = []  # per epoch: DASO's (B, local skip, S) or H-PS's shares and bits
+    history: list[dict] = []  # per epoch, what the strategy planned (DASO's B, local skip, S; H-PS's shares)
     start_epoch, elapsed_before = 0, 0.0
     ckpt = out_dir / CHECKPOINT
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         model.load_state_dict(state["model"])
-        if optimizer is not None:
-            optimizer.load_state_dict(state["optimizer"])
-        if server is not None:
-            server.load_state_dict(state["server"])
-        if schedule is not None:
-            schedule.load(state["schedule"])
-        shares, epoch_losses, curve = state["shares"], state["epoch_losses"], state["curve"]
-        history = state["history"]
+        strategy.load_state_dict(state["strategy"])
+        epoch_losses, curve, history = state["epoch_losses"], state["curve"], state["history"]
         start_epoch, elapsed_before = state["epoch"] + 1, state["elapsed_s"]
     slowdown = cfg.slowdown if rank in cfg.slow_ranks else 1.0
     compute_s, overhead_s, global_step = 0.0, 0.0, 0
-    pending = None  # H-PS: the exchange in flight
     dist.barrier()
     t0 = time.perf_counter() - elapsed_before
 
@@ -115,66 +91,32 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
 
     for epoch in range(start_epoch, cfg.epochs):
         perm = torch.randperm(len(data.x_train), generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-        bits = precision_for(epoch_losses, coarse_bits=cfg.hps.coarse_bits, fine_bits=cfg.hps.fine_bits,
-                             threshold=cfg.hps.plateau_threshold) if method == "hps" else None
-        if daso is not None:
-            daso.start_epoch(steps)
-            history.append({"epoch": epoch, "B": schedule.global_skip, "local_skip": schedule.local_skip,
-                            "S": schedule.wait})
-        elif method == "hps":
-            history.append({"epoch": epoch, "shares": list(shares), "bits": bits})
+        planned = strategy.start_epoch(epoch, steps, epoch_losses)
+        if planned is not None:
+            history.append({"epoch": epoch, **planned})
         loss_sum = 0.0
         for step in range(steps):
             if rank == die_rank and global_step == die_step:
                 os.kill(os.getpid(), signal.SIGKILL)  # fault injection for the tests
             idx = perm[(step * G) % len(perm):][:G]
+            shares = strategy.shares
             first = sum(shares[:rank])
             mine = idx[first:first + shares[rank]]
             tc = time.perf_counter()
             with throttle(slowdown):
                 model.zero_grad(set_to_none=False)
-                loss = task.loss(model(data.x_train[mine]), data.y_train[mine]) * len(mine)  # the share's sum
+                loss = task.loss(strategy.module(data.x_train[mine]), data.y_train[mine]) * len(mine)  # share's sum
                 (loss / G).backward()  # the sum over workers of these is the global batch's mean gradient
             dt = time.perf_counter() - tc
             compute_s += dt
-            meter.add(len(mine), dt)
             loss_sum += float(loss)
-            if method == "ddp":
-                flat = _flat_grad(model)
-                comm.all_reduce(flat, all_ranks)
-                _set_grad(model, flat)
-                optimizer.step()
-            elif method == "daso":
-                daso.after_backward(step)
-                optimizer.step()
-                daso.after_step(step)
-            elif method == "ps":
-                new = comm.submit(lambda g=_flat_grad(model): server.exchange(g)).result()
-                with torch.no_grad():
-                    vector_to_parameters(new, model.parameters())
-            else:  # hps
-                grad = _flat_grad(model)
-                if pending is not None:  # parameters of the previous exchange, received while computing
-                    with torch.no_grad():
-                        vector_to_parameters(pending.result(), model.parameters())
-                pending = comm.submit(lambda g=grad, b=bits: server.exchange(g, b))
-                if not cfg.hps.overlap:
-                    with torch.no_grad():
-                        vector_to_parameters(pending.result(), model.parameters())
-                    pending = None
-                if (global_step + 1) % cfg.hps.rebalance_every == 0:
-                    speeds = comm.world_sum([meter.speed if r == rank else 0.0 for r in range(world)])
-                    shares = batch_shares(speeds, G)
+            strategy.step(step, len(mine), dt)
             global_step += 1
-        if pending is not None:
-            with torch.no_grad():
-                vector_to_parameters(pending.result(), model.parameters())
-            pending = None
+        strategy.finish_epoch()
         total_loss, total_n = comm.world_sum([loss_sum, float(steps * G) / world])
         train_loss = total_loss / total_n
         epoch_losses.append(train_loss)
-        if schedule is not None:
-            schedule.end_epoch(train_loss)
+        strategy.end_epoch(train_loss)
         now = clock()
         if rank == 0:
             te = time.perf_counter()
@@ -182,18 +124,15 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
             curve.append({"epoch": epoch, "time_s": now, "train_loss": train_loss, "val_loss": val_loss,
                           "val_acc": val_acc})
             _save(ckpt, {"epoch": epoch, "elapsed_s": now, "model": model.state_dict(),
-                         "optimizer": optimizer.state_dict() if optimizer else None,
-                         "server": server.state_dict() if server else None,
-                         "schedule": schedule.to_dict() if schedule else None, "shares": shares,
-                         "epoch_losses": epoch_losses, "curve": curve, "history": history})
+                         "strategy": strategy.state_dict(), "epoch_losses": epoch_losses, "curve": curve,
+                         "history": history})
             overhead_s += time.perf_counter() - te
-    result: dict = {"rank": rank, "sent_bytes": comm.sent_bytes, "compute_s": compute_s,
-                    "link_wait_s": comm.link_wait_s, "speed": meter.speed}
+    result: dict = {"rank": rank, "sent_bytes": comm.sent_bytes, "compute_s": compute_s}
     if dump_params:
         result["params"] = parameters_to_vector(model.parameters()).tolist()
     if rank == 0:
         result.update(train_time_s=clock(), curve=curve, history=history, data=data.name,
-                      resumed_from_epoch=start_epoch if start_epoch else None, shares=shares)
+                      resumed_from_epoch=start_epoch if start_epoch else None, shares=strategy.shares)
     comm.close()
     dist.barrier()
     return result
@@ -233,9 +172,8 @@ def train(method: str, *, seed: int = 0, config: TrainConfig | None = None, out_
     Raises `WorkerError` (from run_torchrun) when a rank dies or the run passes ``timeout_s``; every
     process is stopped by then and ``out_dir/checkpoint.pt`` holds the last finished epoch.
     """
-    from trinity.runtime.torchrun import run_torchrun
-    if method not in METHODS:
-        raise DataParallelError(f"unknown method {method!r}; methods are {', '.join(METHODS)}", field="method")
+    from trinity.runtime.ranks import run_ranks
+    strategy_class(method)  # an unknown method is refused before anything starts
     cfg = (config or TrainConfig()).validate()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -243,7 +181,8 @@ def train(method: str, *, seed: int = 0, config: TrainConfig | None = None, out_
     write_json(cfg_path, cfg.to_dict())
     args = ["--method", method, "--seed", str(seed), "--config", str(cfg_path.resolve()),
             "--out-dir", str(out_dir.resolve()), *(["--resume"] if resume else []), *(extra_args or [])]
-    ranks = run_torchrun(MODULE, args, cfg.nproc, out_dir=out_dir, timeout_s=timeout_s, threads=cfg.threads)
+    ranks = run_ranks(MODULE, args, cfg.nproc, out_dir=out_dir, timeout_s=timeout_s, threads=cfg.threads,
+                      procs_per_node=cfg.procs_per_node, link=cfg.link)
     head = ranks[0]
     curve = head["curve"]
     result = {
@@ -256,7 +195,6 @@ def train(method: str, *, seed: int = 0, config: TrainConfig | None = None, out_
         "sent_bytes": float(sum(r["sent_bytes"] for r in ranks)),
         "sent_bytes_per_rank": [r["sent_bytes"] for r in ranks],
         "compute_s_per_rank": [r["compute_s"] for r in ranks],
-        "link_wait_s_per_rank": [r["link_wait_s"] for r in ranks],
         "curve": curve, "history": head["history"], "shares": head["shares"],
         "resumed_from_epoch": head["resumed_from_epoch"],
     }

@@ -1,9 +1,12 @@
-"""Run pipeline plans and data parallelism for real on local processes, through torchrun.
+"""Run pipeline plans and data parallelism for real on local processes (`trinity.runtime.ranks`).
 
 `measure` starts one rank per stage of a plan (`trinity.pipeline_parallel.run`), `measure_data_parallel`
 one rank per device; rank r of a plan runs on device ``plan.devices[r]`` and so is throttled by that
-device's ``slowdown`` factor. `local_cluster` is the cluster those processes form for the cost model:
-device i has speed 1 / slowdown[i] (speed 1 = one process with ``threads`` torch threads, as profiled).
+device's ``slowdown`` factor. Given the ``cluster`` the ranks emulate, each rank runs in its device's
+node, and traffic between nodes crosses the cluster's inter-node link shaped by the kernel
+(`trinity.runtime.links.cluster_network`); without one, every rank talks over loopback.
+`local_cluster` is the cluster those processes form for the cost model: device i has speed
+1 / slowdown[i] (speed 1 = one process with ``threads`` torch threads, as profiled).
 
 Measured figures (all from the same steps):
 
@@ -87,28 +90,52 @@ def _common_args(model_name: str, batch: int, steps: int, warmup: int, options: 
             "--steps", str(steps), "--warmup", str(warmup)]
 
 
-def measure(plan: PipelinePlan, model_name: str, batch: int, *, steps: int = 10, warmup: int = 2,
+def _run(args: list[str], devices: Sequence[int], cluster: Cluster | None, out_dir: Path, timeout_s: float,
+         threads: int) -> list[dict]:
+    """One rank per entry of ``devices``, in that device's node of ``cluster`` (module docstring)."""
+    from trinity.runtime.links import cluster_network
+    from trinity.runtime.ranks import run_ranks
+    node, link = cluster_network(cluster) if cluster is not None else ([0] * (max(devices) + 1), None)
+    return run_ranks(MODULE, args, len(devices), out_dir=out_dir, timeout_s=timeout_s, threads=threads,
+                     rank_nodes=[node[d] for d in devices], link=link)
+
+
+def measure(plan, model_name: str, batch: int, *, steps: int = 10, warmup: int = 2,
             slowdown: Sequence[float] = (), timeout_s: float = 300.0, out_dir: str | Path,
             options: dict | None = None, threads: int = 1, profile=None, cluster: Cluster | None = None,
             extra_args: Sequence[str] = ()) -> dict:
-    """Train ``plan`` for real (one local rank per stage); the measured figures (module docstring).
+    """Train ``plan`` for real (one local rank per stage and replica); the measured figures (module docstring).
 
-    ``slowdown[d]`` throttles the rank of device d (default 1). Given a ``profile`` and ``cluster``,
-    the plan is refused before anything starts if a stage does not fit its device's memory.
+    ``plan`` is a `PipelinePlan` or a `ReplicatedPlan` whose stages all have the same number of replicas
+    (run as that many lanes: `trinity.pipeline_parallel.run`). ``slowdown[d]`` throttles the rank of
+    device d (default 1). Given a ``profile`` and ``cluster``, a plan without replicas is refused before
+    anything starts if a stage does not fit its device's memory.
     """
-    from trinity.runtime.torchrun import run_torchrun
-    plan.check(batch=batch, n_devices=len(slowdown) if slowdown else None)
-    if profile is not None and cluster is not None:
-        from trinity.pipeline_parallel.cost import require_fits
-        require_fits(plan, profile, cluster, batch)
-    factors = [float(slowdown[d]) if slowdown else 1.0 for d in plan.devices]
+    from trinity.pipeline_parallel.pipedream import ReplicatedPlan
+    if isinstance(plan, ReplicatedPlan):
+        K = len(plan.replicas[0])
+        if any(len(r) != K for r in plan.replicas):
+            raise PipelineError(f"real runs take the same number of replicas for every stage, got "
+                                f"{[len(r) for r in plan.replicas]}", field="replicas")
+        devices = [plan.replicas[s][k] for s in range(plan.n_stages) for k in range(K)]
+        record = plan.to_dict()
+        plan = PipelinePlan(plan.bounds, tuple(r[0] for r in plan.replicas), plan.micro_batches, plan.schedule)
+        plan.check(batch=batch)
+    else:
+        K, devices, record = 1, list(plan.devices), plan.to_dict()
+        plan.check(batch=batch, n_devices=len(slowdown) if slowdown else None)
+        if profile is not None and cluster is not None:
+            from trinity.pipeline_parallel.cost import require_fits
+            require_fits(plan, profile, cluster, batch)
+    factors = [float(slowdown[d]) if slowdown else 1.0 for d in devices]
     out_dir = Path(out_dir)
     plan_path = out_dir / "plan.json"
     plan.save(plan_path)
     args = [*_common_args(model_name, batch, steps, warmup, options), "--mode", "pipeline",
-            "--plan", str(plan_path.resolve()), "--slowdown", ",".join(f"{f:g}" for f in factors), *extra_args]
-    results = run_torchrun(MODULE, args, plan.n_stages, out_dir=out_dir, timeout_s=timeout_s, threads=threads)
-    summary = _summary(results, {"mode": "pipeline", "plan": plan.to_dict(), "slowdown": factors})
+            "--plan", str(plan_path.resolve()), "--replicas", str(K),
+            "--slowdown", ",".join(f"{f:g}" for f in factors), *extra_args]
+    results = _run(args, devices, cluster, out_dir, timeout_s, threads)
+    summary = _summary(results, {"mode": "pipeline", "plan": record, "slowdown": factors})
     write_json(out_dir / "summary.json", summary)
     return summary
 
@@ -116,9 +143,8 @@ def measure(plan: PipelinePlan, model_name: str, batch: int, *, steps: int = 10,
 def measure_data_parallel(model_name: str, batch: int, devices: Sequence[int] | None = None, *, steps: int = 10,
                           warmup: int = 2, slowdown: Sequence[float] = (), timeout_s: float = 300.0,
                           out_dir: str | Path, options: dict | None = None, threads: int = 1,
-                          overlap: bool = False) -> dict:
+                          overlap: bool = False, cluster: Cluster | None = None) -> dict:
     """BSP data parallelism for real on ``devices`` (default: one per slowdown factor); ``overlap``: torch DDP."""
-    from trinity.runtime.torchrun import run_torchrun
     devices = list(range(len(slowdown) or 1)) if devices is None else list(devices)
     if batch % len(devices):
         raise PipelineError(f"{len(devices)} devices do not divide the batch of {batch}", field="devices")
@@ -126,7 +152,7 @@ def measure_data_parallel(model_name: str, batch: int, devices: Sequence[int] | 
     args = [*_common_args(model_name, batch, steps, warmup, options), "--mode", "ddp" if overlap else "dp",
             "--slowdown", ",".join(f"{f:g}" for f in factors)]
     out_dir = Path(out_dir)
-    results = run_torchrun(MODULE, args, len(devices), out_dir=out_dir, timeout_s=timeout_s, threads=threads)
+    results = _run(args, devices, cluster, out_dir, timeout_s, threads)
     summary = _summary(results, {"mode": "ddp" if overlap else "dp", "devices": devices, "slowdown": factors})
     write_json(out_dir / "summary.json", summary)
     return summary

@@ -1,5 +1,6 @@
-"""Pipeline partitioners: PipeDream's dynamic program (on heterogeneous devices), GPipe's even split,
-and exhaustive search for small cases.
+"""Pipeline partitioners: the exact dynamic program of PipeDream's objective on heterogeneous devices
+(`pipedream_partition`; PipeDream's published planner is `trinity.pipeline_parallel.pipedream`), GPipe's
+even split, exhaustive search for small cases and random search (a same-budget baseline) for large ones.
 
 PipeDream's objective (Narayanan et al., SOSP'19, section 3.1) is the steady-state time per micro-batch
 of the pipeline's slowest part: the largest of every stage's compute time and every boundary's
@@ -241,3 +242,40 @@ def exhaustive_search(profile: LayerProfile, cluster: Cluster, *, micro_batches:
     if best is None:
         raise PipelineError("no plan fits the devices' memory", field="memory")
     return Exhaustive(best, best_value, total)
+
+
+@dataclass(frozen=True)
+class RandomSearch:
+    plan: PipelinePlan
+    value: float  # its predicted step time (us)
+    evaluations: int
+
+
+def random_plan(rng: np.random.Generator, n_layers: int, n_devices: int, micro_batches: int = 4,
+                schedule: str = "1f1b") -> PipelinePlan:
+    """One plan drawn uniformly from `enumerate_plans`: S with probability proportional to its plan count,
+    then S - 1 cuts and an ordered choice of S devices, each uniformly."""
+    top = min(n_layers, n_devices)
+    counts = np.array([math.comb(n_layers - 1, S - 1) * math.perm(n_devices, S) for S in range(1, top + 1)], float)
+    S = int(rng.choice(np.arange(1, top + 1), p=counts / counts.sum()))
+    cuts = sorted(rng.choice(np.arange(1, n_layers), size=S - 1, replace=False).tolist()) if S > 1 else []
+    devices = rng.permutation(n_devices)[:S].tolist()
+    return PipelinePlan((0, *cuts, n_layers), tuple(int(d) for d in devices), micro_batches, schedule)
+
+
+def random_search(profile: LayerProfile, cluster: Cluster, *, evaluations: int, micro_batches: int = 4,
+                  schedule: str = "1f1b", batch: int | None = None, seed: int = 0) -> RandomSearch:
+    """The best by predicted step time of ``evaluations`` uniform draws (`random_plan`) that fit: the
+    same-budget baseline of a search."""
+    if isinstance(evaluations, bool) or not isinstance(evaluations, int) or evaluations < 1:
+        raise PipelineError(f"must be an integer >= 1, got {evaluations!r}", field="evaluations")
+    rng = np.random.default_rng(seed)
+    best, best_value = None, math.inf
+    for _ in range(evaluations):
+        plan = random_plan(rng, profile.n_layers, cluster.n_devices, micro_batches, schedule)
+        cost = predict(plan, profile, cluster, batch)
+        if cost.fits and cost.step_time_us < best_value:
+            best, best_value = plan, cost.step_time_us
+    if best is None:
+        raise PipelineError(f"none of {evaluations} random plans fits the devices' memory", field="memory")
+    return RandomSearch(best, best_value, evaluations)

@@ -1,20 +1,24 @@
 """The worker program of real pipeline and data-parallel runs: ``python -m trinity.pipeline_parallel.run``.
 
-Started by torchrun (`trinity.runtime.torchrun.run_torchrun` locally; ``torchrun --nnodes ...`` across
-machines), one process per rank. Every rank builds the model from the same seed, so the weights agree
-without a broadcast, and trains on the model's fixed example batch with SGD (momentum 0.9).
+Started by `trinity.runtime.ranks.run_ranks` locally (ranks pinned to cores, nodes joined by
+kernel-shaped links) or ``torchrun --nnodes ...`` across machines, one process per rank. Every rank
+builds the model from the same seed, so the weights agree without a broadcast, and trains on the
+model's fixed example batch with SGD (momentum 0.9).
 
 * ``--mode pipeline --plan plan.json``: rank s runs stage s of the plan (its layers as an
   ``nn.Sequential``) as a ``torch.distributed.pipelining.PipelineStage`` under ``ScheduleGPipe`` or
-  ``Schedule1F1B`` with the plan's micro-batches.
+  ``Schedule1F1B`` with the plan's micro-batches. ``--replicas K`` (a PipeDream plan whose every stage
+  has K replicas): rank s K + k runs stage s in lane k; each lane is a pipeline of its own over batch / K
+  samples and m / K micro-batches (PipeDream hands micro-batches to replicas round-robin), and after
+  the schedule each stage's replicas all-reduce and average their gradients before the update.
 * ``--mode dp``: BSP data parallelism, as the cost model has it: rank r computes forward and backward of
   its batch / world samples, then the gradients (one flat buffer) are all-reduced and averaged, then
   every rank steps.
 * ``--mode ddp``: PyTorch's DistributedDataParallel (its buckets overlap the all-reduce with backward).
 
 Heterogeneity is a measured slowdown: rank r's computation (each forward and backward chunk, the
-loss, the optimizer step) runs inside ``throttle(slowdown[r])``, which sleeps (factor - 1) x the
-block's wall time after it, so a factor-2 rank is a device of half speed.
+loss, the optimizer step) runs inside ``throttle(slowdown[r])``, which busy-computes (factor - 1) x the
+block's CPU time after it, holding the rank's core, so a factor-2 rank is a device of half speed.
 
 Each rank writes (``write_rank_result``): its step times (barrier to barrier, microseconds) after
 ``--warmup`` untimed steps and their median, its compute intervals per step (to find the time during
@@ -69,6 +73,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--options", default="{}", help="model options as JSON")
     ap.add_argument("--plan", help="pipeline plan JSON (mode pipeline)")
+    ap.add_argument("--replicas", type=int, default=1,
+                    help="every stage on this many ranks: as many pipelines (lanes), gradients all-reduced per stage")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--slowdown", default="", help="throttle factor per rank, comma-separated (default 1)")
@@ -143,17 +149,26 @@ def _stage_module(model, plan, s: int):
 
 def _pipeline(args, rank: int, world: int, clock: _Clock) -> dict:
     import torch
+    import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     from trinity.pipeline_parallel.plan import PipelinePlan
 
     plan = PipelinePlan.load(args.plan)
-    if plan.n_stages != world:
-        raise SystemExit(f"the plan has {plan.n_stages} stages but {world} ranks were started")
+    K, S = args.replicas, plan.n_stages
+    if S * K != world:
+        raise SystemExit(f"the plan has {S} stages x {K} replicas but {world} ranks were started")
+    if plan.micro_batches % K or args.batch % K:
+        raise SystemExit(f"{K} replicas must divide the {plan.micro_batches} micro-batches and the batch {args.batch}")
+    s_rank, lane = divmod(rank, K)  # rank = stage x K + lane
     model = _build(args)
     plan.check(batch=args.batch)
-    module = _stage_module(model, plan, rank)
-    inputs, targets, loss_fn = model.example_inputs[0], model.targets, model.loss_fn
+    module = _stage_module(model, plan, s_rank)
+    share = args.batch // K  # each lane a pipeline of its own over batch / K samples, m / K micro-batches
+    inputs = model.example_inputs[0][lane * share:(lane + 1) * share]
+    targets, loss_fn = model.targets[lane * share:(lane + 1) * share], model.loss_fn
+    lanes = [dist.new_group([s * K + k for s in range(S)]) for k in range(K)] if K > 1 else [None]
+    replicas = [dist.new_group([s * K + k for k in range(K)]) for s in range(S)] if K > 1 else [None] * S
     reference = model.module if args.check else None
     del model  # the other stages' layers go with it (unless --check keeps the whole model)
 
@@ -172,20 +187,40 @@ def _pipeline(args, rank: int, world: int, clock: _Clock) -> dict:
         with clock.compute():
             return loss_fn(output, target)
 
-    stage = Stage(module, rank, world, torch.device("cpu"))
-    schedule_cls = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
-    schedule = schedule_cls(stage, n_microbatches=plan.micro_batches, loss_fn=timed_loss)
+    n_micro = plan.micro_batches // K
+    first, last = s_rank == 0, s_rank == S - 1
+    if S > 1:
+        stage = Stage(module, s_rank, S, torch.device("cpu"), group=lanes[lane])
+        schedule_cls = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
+        schedule = schedule_cls(stage, n_microbatches=n_micro, loss_fn=timed_loss)
     optimizer = torch.optim.SGD(module.parameters(), lr=0.0 if args.check else args.lr, momentum=0.9)
-    first, last = rank == 0, rank == world - 1
 
-    def step():
-        optimizer.zero_grad()
-        losses: list = []
+    def run_lane(losses: list) -> None:
+        if S == 1:  # one stage: the lane's micro-batches in turn, gradients accumulated (their mean)
+            for x, y in zip(inputs.chunk(n_micro), targets.chunk(n_micro)):
+                with clock.compute():
+                    loss = loss_fn(module(x), y)
+                    (loss / n_micro).backward()
+                losses.append(loss.detach())
+            return
         kwargs = {"target": targets, "losses": losses} if last else {}
         if first:
             schedule.step(inputs, **kwargs)
         else:
             schedule.step(**kwargs)
+
+    def step():
+        optimizer.zero_grad()
+        losses: list = []
+        run_lane(losses)
+        if K > 1:  # the stage's replicas average their gradients (PipeDream's weight synchronisation)
+            flat = torch.cat([p.grad.reshape(-1) for p in module.parameters()])
+            dist.all_reduce(flat, group=replicas[s_rank])
+            flat /= K
+            offset = 0
+            for p in module.parameters():
+                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
         with clock.compute():
             optimizer.step()
         return float(torch.stack(losses).mean()) if last else None
@@ -193,8 +228,8 @@ def _pipeline(args, rank: int, world: int, clock: _Clock) -> dict:
     if args.check:
         return _check(step, module, reference, inputs, targets, loss_fn, last)
     out = _timed_steps(args, clock, step)
-    out["stage"] = rank
-    out["layers"] = [plan.bounds[rank], plan.bounds[rank + 1]]
+    out["stage"], out["lane"] = s_rank, lane
+    out["layers"] = [plan.bounds[s_rank], plan.bounds[s_rank + 1]]
     out["param_bytes"] = sum(p.numel() * p.element_size() for p in module.parameters())
     return out
 

@@ -51,13 +51,42 @@ class _Writer:
         self.text(name, table.to_csv(index=False))
 
 
-def build_report(results: Path, data: Path, out: Path) -> dict:
-    """Write the report into ``out``; returns ``{"files": [paths written], "summary": metrics.json's dict}``."""
+def _only(frame: pd.DataFrame, **allowed) -> pd.Series:
+    """Rows of ``frame`` whose every named column holds one of the allowed values."""
+    keep = pd.Series(True, index=frame.index)
+    for column, values in allowed.items():
+        keep &= frame[column].isin(list(values))
+    return keep
+
+
+def _searched_in(search: pd.DataFrame, run: dict) -> pd.DataFrame:
+    """The search results ``run`` asks for (placers once, at seed 0; searches per seed), its regime's included:
+    results an earlier run of the same experiment left behind stay out of the report."""
+    keep = pd.Series(False, index=search.index)
+    for part in (run, run.get("regime") or {}):
+        if not part:
+            continue
+        cases = dict(model=part.get("models") or [], cluster=part.get("clusters") or [])
+        keep |= _only(search, **cases, method=part.get("placers") or [], seed=[0])
+        keep |= _only(search, **cases, method=part.get("searches") or [], seed=part.get("seeds") or [])
+    return search[keep].reset_index(drop=True)
+
+
+def build_report(results: Path, data: Path, out: Path, run: dict | None = None, preamble: str = "") -> dict:
+    """Write the report into ``out``; returns ``{"files": [paths written], "summary": metrics.json's dict}``.
+
+    ``run`` (the composed ``run`` section) limits the report to what it lists; ``preamble`` opens REPORT.md
+    (what was run: `trinity.report.provenance`)."""
     results, data, out = Path(results), Path(data), Path(out)
     search = search_results(results)
     # the paper's regime: its own stages and results folder (dvc.yaml)
     if any((results / "regime" / "search").glob("*/*/metrics.json")):
         search = pd.concat([search, search_results(results / "regime")], ignore_index=True)
+    if run is not None:
+        search = _searched_in(search, run)
+        if not len(search):
+            raise TrinityError("no search result of what `run` lists; run the place and search stages first",
+                               source=str(results / "search"))
     cases = per_case(search)
     validated = validation_results(results)
     validation_ran = any((results / "validate").glob("*/results.csv"))
@@ -81,8 +110,11 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
                                         w.path(f"figures/time_to_quality_{model}_{cluster}.png"))
         found = plotdata.histories(search, model, cluster)
         if found:
+            jobs = search[(search["model"] == model) & (search["cluster"] == cluster) &
+                          search["method"].isin(list(found))]
             figures.plot_convergence(found, w.path(f"figures/convergence_{model}_{cluster}.png"),
-                                     title=f"{model} on {cluster}: search convergence (first seed)")
+                                     title=f"{model} on {cluster}: search convergence, one seed (the first) of "
+                                           f"{jobs['seed'].nunique()}; {figures.search_budget(jobs)}")
     tradeoff = evaluation.reward_tradeoff(search)  # written even when empty: DVC expects the file
     w.csv("reward_tradeoff.csv", tradeoff)
     w.text("reward_tradeoff.md", tables.markdown(tradeoff) if len(tradeoff) else
@@ -92,7 +124,8 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
     for metric, label, name in (("step_time_ms", "runtime (ms)", "runtime"),
                                 ("peak_comm_MB", "peak communication (MB)", "comm"),
                                 ("peak_memory_GB", "peak memory (GB)", "memory")):
-        figures.plot_bars(cases, metric, label, w.path(f"figures/bars_{name}.png"))
+        figures.plot_bars(cases, metric, label, w.path(f"figures/bars_{name}.png"),
+                          subtitle=figures.seeds_and_budget(cases, search))
     if len(checked):
         figures.plot_sim_vs_real_all(checked, w.path("figures/sim_vs_real.png"))
 
@@ -103,6 +136,10 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
     w.csv("validation.csv", pd.DataFrame([{"case": case, **v} for case, v in errors.items()]))
 
     dp_runs, dp_curves = data_parallel.runs(results)
+    if run is not None and len(dp_runs):
+        dp = run.get("data_parallel") or {}
+        dp_runs = dp_runs[_only(dp_runs, method=dp.get("methods") or [], seed=dp.get("seeds") or [])]
+        dp_curves = {key: curve for key, curve in dp_curves.items() if key in set(zip(dp_runs.method, dp_runs.seed))}
     dp_summary = data_parallel.summary(dp_runs) if len(dp_runs) else pd.DataFrame()
     dp_setup = ""
     if len(dp_runs):
@@ -114,21 +151,35 @@ def build_report(results: Path, data: Path, out: Path) -> dict:
         dp_setup = data_parallel.setup(first.get("config") or {})
 
     pp_plans = pipeline_parallel.results(results)
+    if run is not None and len(pp_plans):
+        pp = run.get("pipeline_parallel") or {}
+        pp_plans = pp_plans[_only(pp_plans, model=pp.get("models") or [], cluster=pp.get("clusters") or [],
+                                  method=pp.get("methods") or [], seed=pp.get("seeds") or [])]
     pp_summary = pipeline_parallel.summary(pp_plans) if len(pp_plans) else pd.DataFrame()
     if len(pp_plans):
         w.csv("pipeline_parallel.csv", pp_plans)
         w.csv("pipeline_parallel_summary.csv", pp_summary)
         pipeline_parallel.plot_measured(pp_plans, w.path("figures/pipeline_parallel_measured.png"))
     side_by_side = families.side_by_side(results)
+    if run is not None and len(side_by_side):
+        fam = run.get("families") or {}
+        side_by_side = side_by_side[_only(side_by_side, model=fam.get("models") or [],
+                                          cluster=fam.get("clusters") or [])]
     if len(side_by_side):
         w.csv("families.csv", side_by_side)
+        w.csv("families_errors.csv", families.errors(side_by_side))
         families.plot_measured(side_by_side, w.path("figures/families_measured.png"))
 
     facts = summary.metrics(search, cases, best, checked)
     write_json(w.path("metrics.json"), facts)
+    for stale in (out / "metrics").glob("*.json"):  # an earlier report's cases
+        stale.unlink()
+    for name, values in summary.dvc_metrics(facts).items():
+        write_json(w.path(f"metrics/{name}"), values)
     figure_names = sorted(p.name for p in w.paths if p.parent.name == "figures")
     w.text("REPORT.md", summary.report_markdown(t3, t4, t5, facts, validation_ran, figure_names, ev, costs,
-                                                dp_summary, dp_setup, pp_summary, side_by_side, tradeoff))
+                                                dp_summary, dp_setup, pp_summary, side_by_side, tradeoff,
+                                                preamble=preamble))
     return {"files": [str(p) for p in w.paths], "summary": facts}
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from trinity.errors import TrinityError
 from trinity.fileio import read_json
-from trinity.plots import _save, plt
+from trinity.plots import _save, method_colours, plain_log_ticks, plt
 
 ORDER = ("ddp", "ps", "daso", "hps")
 COLUMNS = ["method", "seed", "data", "reached_target", "time_to_target_s", "train_time_s", "final_val_loss",
@@ -63,11 +63,13 @@ def setup(config: dict) -> str:
     """The runs' setting in one sentence, from a result's training config."""
     if not config:
         return ""
-    link = config.get("link", {})
+    link = config.get("link") or {}
     slow = ", ".join(str(r) for r in config.get("slow_ranks", [])) or "none"
-    return (f"{config.get('nproc')} local processes in nodes of {config.get('procs_per_node')}; worker(s) {slow} "
-            f"slowed {config.get('slowdown')}x (each sleeps (x - 1) times its compute time); traffic between "
-            f"nodes delayed by {link.get('latency_ms')} ms + bytes / {link.get('bandwidth_MBps')} MB/s; "
+    between = (f"each node a network namespace whose port the kernel shapes to {link.get('bandwidth_MBps')} MB/s "
+               f"(tc tbf) + {link.get('latency_ms')} ms" if link else "every rank on loopback")
+    return (f"{config.get('nproc')} local processes in nodes of {config.get('procs_per_node')}, pinned to the "
+            f"machine's cores round robin; worker(s) {slow} slowed {config.get('slowdown')}x (each busy-computes "
+            f"(x - 1) times its compute time, holding its core); between nodes {between}; "
             f"{config.get('data')} data, target validation loss {config.get('target_val_loss')}, "
             f"{config.get('epochs')} epochs.")
 
@@ -77,15 +79,26 @@ def plot_loss_vs_time(curves: dict[tuple[str, int], pd.DataFrame], target: float
     fig, ax = plt.subplots(figsize=(8, 4.5))
     methods = [m for m in ORDER if any(k[0] == m for k in curves)] + \
         sorted({k[0] for k in curves} - set(ORDER))
-    for i, method in enumerate(methods):
-        for k, (seed, curve) in enumerate(sorted((s, c) for (m, s), c in curves.items() if m == method)):
-            ax.plot(curve["time_s"], curve["val_loss"], color=plt.cm.tab10(i), lw=1.2, alpha=0.8,
+    colours = method_colours(methods)
+    for method in methods:
+        for k, (seed, curve) in enumerate(sorted(((s, c) for (m, s), c in curves.items() if m == method),
+                                                 key=lambda sc: sc[0])):
+            ax.plot(curve["time_s"], curve["val_loss"], color=colours[method], lw=1.2, alpha=0.8,
                     label=method if k == 0 else None)
     if target is not None:
         ax.axhline(target, color="grey", ls="--", lw=1, label="target")
     ax.set_yscale("log")
+    losses = pd.concat([c["val_loss"] for c in curves.values()] + ([pd.Series([target])] if target else []))
+    losses = losses[losses > 0]
+    if len(losses):
+        low, high = losses.min() / 1.1, losses.max() * 1.1
+        ax.set_ylim(low, high)
+        plain_log_ticks(ax.yaxis, low, high, count=6)
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel("validation loss")
-    ax.set_title("data parallelism on local workers: validation loss against wall time, every seed")
+    seeds = len({seed for _, seed in curves})
+    epochs = max((int(c["epoch"].max()) + 1 for c in curves.values() if "epoch" in c and len(c)), default=0)
+    ax.set_title(f"data parallelism on local workers: validation loss against wall time\n"
+                 f"{seeds} seed{'s' if seeds != 1 else ''} per method (one line each), {epochs} epochs", fontsize=10)
     ax.legend(fontsize=8)
     _save(fig, path)

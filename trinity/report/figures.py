@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from trinity.graph.ir import OpGraph
-from trinity.plots import _save, plt
+from trinity.plots import _save, method_colours, plain_log_ticks, plt
 from trinity.report.results import METHOD_ORDER
 from trinity.runtime.validate import held_out_split_rows
 
@@ -61,8 +61,9 @@ def plot_placement(graph: OpGraph, placement: np.ndarray, device_names: list[str
 def plot_convergence(histories: dict[str, pd.DataFrame], path: str | os.PathLike, title: str = "") -> None:
     """Best-so-far and batch-mean simulated step time per iteration for each search method (Fig. 5)."""
     fig, ax = plt.subplots(figsize=(8, 4))
-    for i, (method, h) in enumerate(histories.items()):
-        color = plt.cm.tab10(i)
+    colours = method_colours(list(histories))
+    for method, h in histories.items():
+        color = colours[method]
         ax.plot(h["iteration"], h["charts/best_step_time_ms"], color=color, lw=1.6, label=f"{method}: best so far")
         if "charts/step_time_ms_mean" in h:
             ax.plot(h["iteration"], h["charts/step_time_ms_mean"], color=color, lw=0.7, alpha=0.6,
@@ -70,7 +71,8 @@ def plot_convergence(histories: dict[str, pd.DataFrame], path: str | os.PathLike
     ax.set_xlabel("iteration")
     ax.set_ylabel("simulated step time (ms)")
     ax.legend(fontsize=8)
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9, wrap=True)
+    fig.tight_layout()
     _save(fig, path)
 
 
@@ -78,12 +80,30 @@ def _methods_in_order(present: set[str]) -> list[str]:
     return [m for m in METHOD_ORDER if m in present] + sorted(present - set(METHOD_ORDER))
 
 
-def plot_bars(cases: pd.DataFrame, metric: str, label: str, path: str | os.PathLike) -> None:
+def search_budget(search: pd.DataFrame) -> str:
+    """The budget of the search jobs in ``search`` (one row per job), in simulator calls."""
+    calls = pd.to_numeric(search["simulations"], errors="coerce") if "simulations" in search else pd.Series()
+    calls = sorted(set(calls[calls > 1].astype(int)))  # a placer simulates its one strategy
+    if not calls:
+        return "no search budget recorded"
+    return f"{calls[0]:,} simulator calls per search" if len(calls) == 1 else \
+        f"{calls[0]:,}-{calls[-1]:,} simulator calls per search"
+
+
+def seeds_and_budget(cases: pd.DataFrame, search: pd.DataFrame) -> str:
+    """What a figure over ``cases`` averages: the seed counts per method, and the searches' budget."""
+    seeds = sorted(set(cases["seeds"].astype(int))) if "seeds" in cases else []
+    return f"{' or '.join(map(str, seeds)) or '?'} seed{'s' if seeds != [1] else ''} per method; " \
+           f"{search_budget(search)}"
+
+
+def plot_bars(cases: pd.DataFrame, metric: str, label: str, path: str | os.PathLike, subtitle: str = "") -> None:
     """One panel per model: a group of bars per method, one bar per cluster, error bars = sample std over
-    seeds (Figs. 6-8). Methods that do not fit (OOM) have no bar."""
+    seeds where a method has several seeds (Figs. 6-8). Methods that do not fit (OOM) have no bar."""
     models = list(dict.fromkeys(cases["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(max(6, 1.0 + 0.9 * cases["method"].nunique()) * len(models),
-                                                      4), squeeze=False)
+    n_methods = cases["method"].nunique()
+    fig, axes = plt.subplots(1, len(models), figsize=(max(6.0, 1.0 + 0.6 * n_methods) * len(models), 4.4),
+                             squeeze=False)
     for ax, model in zip(axes[0], models):
         part = cases[(cases["model"] == model) & cases["fits"]]
         methods = _methods_in_order(set(part["method"]))
@@ -91,13 +111,17 @@ def plot_bars(cases: pd.DataFrame, metric: str, label: str, path: str | os.PathL
         width = 0.8 / max(len(clusters), 1)
         for j, cluster in enumerate(clusters):
             rows = part[part["cluster"] == cluster].set_index("method").reindex(methods)
+            spread = rows[f"{metric}_std"].where(rows["seeds"] > 1)  # one seed: no error bar
             ax.bar(np.arange(len(methods)) + j * width, rows[f"{metric}_mean"], width,
-                   yerr=rows[f"{metric}_std"].fillna(0), label=cluster, capsize=2)
-        ax.set_xticks(np.arange(len(methods)) + width * (len(clusters) - 1) / 2, methods, rotation=45)
-        ax.set_title(model)
+                   yerr=spread if spread.notna().any() else None, label=cluster, capsize=2)
+        ax.set_xticks(np.arange(len(methods)) + width * (len(clusters) - 1) / 2, methods, rotation=45, ha="right",
+                      rotation_mode="anchor", fontsize=8)
+        ax.set_title(model, fontsize=10)
         ax.set_ylabel(label)
         if clusters:
-            ax.legend(fontsize=8)
+            ax.legend(title="cluster", fontsize=8, title_fontsize=8)
+    fig.suptitle(f"{label}: mean over seeds, error bars the sample std where a method has several"
+                 f"{chr(10) + subtitle if subtitle else ''}", fontsize=9)
     fig.tight_layout()
     _save(fig, path)
 
@@ -125,6 +149,8 @@ def plot_sim_vs_real_all(measured: pd.DataFrame, path: str | os.PathLike) -> Non
         ax.set_yscale("log")
         ax.set_xlim(low, top)
         ax.set_ylim(low, top)
+        plain_log_ticks(ax.xaxis, low, top)
+        plain_log_ticks(ax.yaxis, low, top)
         ax.set_xlabel("measured step time (ms)")
         ax.set_ylabel("simulated step time (ms)")
         error = part.loc[held, "step_error"].abs().median()

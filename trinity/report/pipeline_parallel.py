@@ -1,6 +1,7 @@
 """The pipeline-parallel family's results: every plan's prediction (``results/partition``) with the real
-runs beside (``results/measure``), per-case means over seeds, TAPP against PipeDream and the optimum,
-and measured against predicted step times."""
+runs beside (``results/measure``), per-case means over seeds, TAPP (without and with its polish) against
+PipeDream and the optimum, every plan also on PipeDream's objective, and measured against predicted step
+times."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from trinity.errors import TrinityError
 from trinity.fileio import read_json
 from trinity.plots import _save, plt
 
-ORDER = ("tapp", "pipedream", "even", "dp")
+ORDER = ("tapp", "tapp-polish", "pipedream", "even", "dp")
 COLUMNS = ["model", "cluster", "method", "seed", "plan", "sim_step_ms", "real_step_ms", "step_error", "sim_comm_share",
-           "real_comm_share", "comm_MB", "memory_per_stage_GB", "optimum_step_ms", "vs_optimum_pct", "search_seconds"]
+           "real_comm_share", "comm_MB", "memory_per_stage_GB", "optimum_step_ms", "vs_optimum_pct", "pipedream_objective_ms",
+           "search_seconds"]
 
 
 def results(results_dir: Path) -> pd.DataFrame:
@@ -38,6 +40,7 @@ def results(results_dir: Path) -> pd.DataFrame:
                      "real_comm_share": real.get("real_comm_share") if real else None, "comm_MB": p.get("comm_MB"),
                      "memory_per_stage_GB": " ".join(f"{g:.3f}" for g in p.get("memory_per_device_GB", [])),
                      "optimum_step_ms": p.get("optimum_step_time_ms"), "vs_optimum_pct": p.get("vs_optimum_pct"),
+                     "pipedream_objective_ms": p.get("pipedream_objective_ms"),
                      "search_seconds": p.get("search_seconds")})
     table = pd.DataFrame(rows, columns=COLUMNS)
     order = {m: i for i, m in enumerate(ORDER)}
@@ -59,10 +62,11 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                    "sim_step_ms": part["sim_step_ms"].mean(), "sim_step_std_ms": part["sim_step_ms"].std(ddof=1),
                    "sim_comm_share": part["sim_comm_share"].mean(),
                    "worst_vs_optimum_pct": pd.to_numeric(part["vs_optimum_pct"], errors="coerce").max(),
+                   "pipedream_objective_ms": pd.to_numeric(part["pipedream_objective_ms"], errors="coerce").mean(),
                    "real_step_ms": pd.to_numeric(part["real_step_ms"], errors="coerce").mean(),
                    "real_comm_share": pd.to_numeric(part["real_comm_share"], errors="coerce").mean(),
                    "step_error": pd.to_numeric(part["step_error"], errors="coerce").mean()}
-            if method == "tapp" and len(pipedream):
+            if method.startswith("tapp") and len(pipedream):
                 row["at_or_below_pipedream"] = bool((part["sim_step_ms"] <= pipedream.min() * (1 + 1e-9)).all())
             rows.append(row)
     return pd.DataFrame(rows).round(4)
@@ -74,17 +78,40 @@ def plot_measured(table: pd.DataFrame, path: str | os.PathLike) -> bool:
     if not len(real):
         return False
     models = list(dict.fromkeys(real["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.2), squeeze=False, layout="constrained")
     for ax, model in zip(axes[0], models):
         part = real[real["model"] == model]
         x = np.arange(len(part))
         ax.bar(x - 0.2, part["real_step_ms"].astype(float), 0.4, label="measured")
         ax.bar(x + 0.2, part["sim_step_ms"].astype(float), 0.4, label="predicted")
-        ax.set_xticks(x, part["method"])
+        ax.set_xticks(x, part["method"], rotation=30, ha="right", rotation_mode="anchor", fontsize=8)
         ax.set_ylabel("step time (ms)")
         ax.set_title(f"{model} on {part['cluster'].iloc[0]}")
         ax.legend(fontsize=8)
-    fig.suptitle("pipelines and data parallelism on local workers: measured and predicted")
+    seeds = sorted(set(real["seed"].astype(int))) if "seed" in real else []
+    fig.suptitle(f"pipelines and data parallelism on local workers: measured and predicted\n"
+                 f"one real run per plan (seed {'/'.join(map(str, seeds)) or '?'}'s plan)", fontsize=10)
     _save(fig, path)
     return True
 
+
+
+def per_method(results_dir: Path, model: str, cluster: str) -> pd.DataFrame:
+    """One case's plans from the committed metrics beside each partition job
+    (``results/partition/<model>/<cluster>-<method>-s<seed>.metrics.json``): per method, the seeds, the mean
+    and spread of the predicted step time, PipeDream's objective, the agent's best sample (TAPP), the plans
+    scored and the search's seconds."""
+    rows = []
+    for path in sorted((Path(results_dir) / "partition" / model).glob(f"{cluster}-*-s*.metrics.json")):
+        rows.append(read_json(path))
+    if not rows:
+        return pd.DataFrame()
+    table = pd.DataFrame(rows)
+    for column in ("pipedream_objective_ms", "sampled_best_ms", "evaluations"):
+        if column not in table:
+            table[column] = np.nan
+    out = table.groupby("method", sort=False).agg(
+        seeds=("seed", "count"), step_ms=("step_time_ms", "mean"), step_std_ms=("step_time_ms", "std"),
+        pipedream_objective_ms=("pipedream_objective_ms", "mean"), sampled_best_ms=("sampled_best_ms", "mean"),
+        evaluations=("evaluations", "mean"), search_seconds=("search_seconds", "mean"))
+    return out.sort_values("step_ms").reset_index().round(3)

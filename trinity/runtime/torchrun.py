@@ -111,11 +111,16 @@ def run_torchrun(module: str, args: list[str], nproc: int, *, out_dir: Path, tim
             _kill_tree(proc)
     if returncode != 0:
         raise WorkerError(_failure(log_path.read_text(errors="replace"), module, returncode))
+    return read_rank_results(module, out_dir, nproc, log_path)
+
+
+def read_rank_results(module: str, out_dir: Path, nproc: int, log: Path | str) -> list[dict]:
+    """Every rank's result document (`write_rank_result`), by rank; a missing one names the rank."""
     results = []
     for rank in range(nproc):
         path = out_dir / f"rank{rank}.json"
         if not path.exists():
-            raise WorkerError(f"{module}: rank {rank} exited without writing its result (log: {log_path})")
+            raise WorkerError(f"{module}: rank {rank} exited without writing its result (log: {log})")
         results.append(read_json(path))
     return results
 
@@ -143,14 +148,18 @@ def write_rank_result(obj: Any) -> None:
 
 @contextmanager
 def throttle(factor: float) -> Iterator[None]:
-    """Make the block take ``factor`` times its wall time: a slower device, measured on this one.
+    """Make the block cost ``factor`` times its computation: a slower device, emulated on this one.
 
-    Local processes share this machine's cores, so heterogeneity is emulated: a worker of
-    speed 1/factor sleeps (factor - 1) x the time its computation took.
+    The rank busy-computes (factor - 1) x the CPU time the block's thread took, so a slowed rank holds
+    its core for as long as the slower device would compute, and gives nothing away to the other ranks
+    (a sleep would lend its core to them). CPU time rather than wall time: a rank time-sliced with another
+    on one core is not charged the other's share twice.
     """
     if factor < 1:
         raise ValueError(f"slowdown factor must be >= 1, got {factor}")
-    start = time.perf_counter()
+    start = time.thread_time()
     yield
     if factor > 1:
-        time.sleep((factor - 1) * (time.perf_counter() - start))
+        target = time.thread_time() + (factor - 1) * (time.thread_time() - start)
+        while time.thread_time() < target:
+            pass

@@ -11,6 +11,7 @@ type is one line naming the key, not a surprise mid-search.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,12 @@ from omegaconf.errors import OmegaConfBaseException
 from trinity.cluster import Cluster, cluster_from_dict
 from trinity.errors import TrinityError
 from trinity.reward import MDPEConfig
-from trinity.rl.search import SearchConfig
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # the checkout's conf/ (stages run from a checkout)
 PARAMS_FILE = "params.yaml"
+PIPELINE_FILE = "dvc.yaml"
+DEFAULT_EXPERIMENT = "default"
+EXPERIMENTS_DIR = Path("experiments")
 
 
 @dataclass(frozen=True)
@@ -51,13 +54,25 @@ def compose(overrides: list[str] = (), config_dir: str | Path = CONF_DIR) -> Dic
         with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
             return hydra_compose("config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as exc:  # a typo names the valid choices
-        raise TrinityError(" ".join(str(exc).split()), source=str(config_dir)) from None
+        raise TrinityError(hydra_error_line(exc), source=str(config_dir)) from None
+
+
+def hydra_error_line(exc: BaseException) -> str:
+    """Hydra's error about an override, in one line: an unknown key named as such, an unknown option
+    with its choices (without Hydra's search path)."""
+    text = " ".join(str(exc).split())
+    unknown = re.match(r"Could not override '([^']+)'\.", text)
+    if unknown:
+        return (f"{unknown.group(1)}: unknown key (not in conf/ or params.yaml): check its spelling; "
+                f"to add a key on purpose write +{unknown.group(1)}=...")
+    return text.split(" Config search path:")[0]
 
 
 #: which method kinds each list of `run` takes
 RUN_KINDS = {"placers": ("placer",), "searches": ("search", "local-search"),
              "regime.placers": ("placer",), "regime.searches": ("search", "local-search"),
-             "data_parallel.methods": ("data-parallel",), "pipeline_parallel.methods": ("pipeline-parallel",)}
+             "data_parallel.methods": ("data-parallel",), "pipeline_parallel.methods": ("pipeline-parallel",),
+             "pipeline_parallel_large.methods": ("pipeline-parallel",)}
 
 
 def check_run(cfg: DictConfig) -> None:
@@ -65,13 +80,14 @@ def check_run(cfg: DictConfig) -> None:
     run = cfg.run
     for key, table in (("models", "models"), ("graphs", "models"), ("clusters", "clusters"), ("validate", "models"),
                        ("pipeline_parallel.models", "models"), ("pipeline_parallel.clusters", "clusters"),
-                       ("regime.models", "models"), ("regime.clusters", "clusters")):
+                       ("regime.models", "models"), ("regime.clusters", "clusters"),
+                       ("pipeline_parallel_large.models", "models"), ("pipeline_parallel_large.clusters", "clusters")):
         for name in OmegaConf.select(run, key) or []:
             if name not in cfg[table]:
                 raise TrinityError(f"unknown {table[:-1]} {name!r}; choose from {', '.join(cfg[table])}",
                                    field=f"run.{key}")
     lists = {"placers": run.get("placers") or [], "searches": run.get("searches") or []}
-    for family in ("data_parallel", "pipeline_parallel"):
+    for family in ("data_parallel", "pipeline_parallel", "pipeline_parallel_large"):
         if run.get(family):
             lists[f"{family}.methods"] = run[family].methods or []
     if run.get("regime"):
@@ -137,13 +153,66 @@ def write_params(cfg: DictConfig, path: str | os.PathLike = PARAMS_FILE) -> None
     atomic_write_bytes(path, (header + OmegaConf.to_yaml(OmegaConf.create(doc))).encode())
 
 
+# ---------------------------------------------------------------- experiments: one folder each
+def experiment_dir(name: str) -> Path:
+    """An experiment's folder, relative to the checkout root: its params.yaml, dvc.yaml, dvc.lock and every
+    output (``paths.*``: data/, results/, reports/, runs/). The default experiment's is the root itself, where
+    its committed results have always been; every other's is ``experiments/<name>/``, so that no experiment
+    overwrites another's files or mixes them into its report."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(name)):
+        raise TrinityError(f"{name!r} cannot name a folder (letters, digits, '_', '.', '-')", field="run.name")
+    return Path(".") if name == DEFAULT_EXPERIMENT else EXPERIMENTS_DIR / str(name)
+
+
+def rebased_pipeline(text: str, folder: Path) -> str:
+    """The root dvc.yaml's text for a pipeline in ``folder``: the scripts and code it runs and depends on
+    (``pipeline/``, ``trinity/``) named from there; outputs and parameters are the folder's own."""
+    up = "../" * len(Path(folder).parts)
+    return "\n".join(line if line.lstrip().startswith("#") else
+                     re.sub(r"(?<=[\s\"'])(?=(?:pipeline|trinity)/)", up, line) for line in text.split("\n"))
+
+
+def write_experiment(cfg: DictConfig, root: str | os.PathLike = ".") -> Path:
+    """Compose ``cfg`` into its experiment's folder: ``params.yaml``, and for every experiment but the
+    default a ``dvc.yaml`` made from the root one (regenerated each time, so it never drifts). Returns
+    the folder, where `dvc repro` runs the experiment."""
+    from trinity.fileio import atomic_write_bytes
+
+    root = Path(root)
+    folder = root / experiment_dir(cfg.run.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_params(cfg, folder / PARAMS_FILE)
+    if folder.resolve() != root.resolve():
+        source = root / PIPELINE_FILE
+        header = (f"# Made from the checkout's {PIPELINE_FILE} by `make params EXPERIMENT={cfg.run.name}`: "
+                  f"edit that one, not this copy.\n")
+        atomic_write_bytes(folder / PIPELINE_FILE,
+                           (header + rebased_pipeline(source.read_text(), experiment_dir(cfg.run.name))).encode())
+    return folder
+
+
+def rebase_paths(cfg: DictConfig) -> None:
+    """A stage run by hand from the checkout root with ``experiment=NAME`` reads and writes NAME's folder:
+    the relative ``paths.*`` of conf/ are relative to the experiment's folder, as DVC runs them."""
+    folder = experiment_dir(cfg.run.name)
+    for key, value in cfg.paths.items():
+        if isinstance(value, str) and value and not os.path.isabs(value):
+            cfg.paths[key] = str(folder / value)
+
+
 def job(cfg: DictConfig) -> Job:
     j = cfg.job
+    unknown = sorted(set(j) - {"model", "cluster", "method", "seed"})
+    if unknown:
+        raise TrinityError(f"unknown key {unknown[0]!r}; a job has model, cluster, method and seed",
+                           field=f"job.{unknown[0]}")
     for key, table in (("model", "models"), ("cluster", "clusters"), ("method", "methods")):
         if j[key] not in cfg[table]:
             raise TrinityError(f"unknown {key} {j[key]!r}; choose one of {', '.join(cfg[table])}",
                                field=f"job.{key}")
-    return Job(str(j.model), str(j.cluster), str(j.method), int(j.seed))
+    if not isinstance(j.seed, int) or isinstance(j.seed, bool) or j.seed < 0:
+        raise TrinityError(f"must be an integer >= 0, got {j.seed!r}", field="job.seed")
+    return Job(str(j.model), str(j.cluster), str(j.method), j.seed)
 
 
 def cluster(cfg: DictConfig, name: str) -> Cluster:
@@ -168,7 +237,10 @@ def reward(cfg: DictConfig) -> MDPEConfig:
     return typed(MDPEConfig, cfg.reward, where="reward")
 
 
-def search_config(cfg: DictConfig, method: str, seed: int) -> SearchConfig:
+def search_config(cfg: DictConfig, method: str, seed: int):
+    """The method's typed ``trinity.rl.search.SearchConfig`` (torch is imported here, by the stages that search)."""
+    from trinity.rl.search import SearchConfig
+
     node = cfg.methods[method]
     if node.kind != "search":
         raise TrinityError(f"method {method!r} is a placer, not a search", field=f"methods.{method}.kind")
@@ -277,7 +349,20 @@ def validate_dir(cfg: DictConfig, model: str) -> Path:
 
 
 def require(path: Path, stage: str, item: str) -> Path:
-    """``path``, or an error saying which stage makes it."""
-    if not path.exists():
-        raise TrinityError(f"missing; run the {stage} stage first (dvc repro {stage}@{item})", source=str(path))
-    return path
+    """``path``, or an error saying which stage makes it, and the command that runs it for the experiment
+    whose folder holds ``path``."""
+    if path.exists():
+        return path
+    from trinity.track import project_root
+
+    root = project_root()
+    try:
+        parts = Path(os.path.abspath(path)).relative_to(root).parts
+    except ValueError:
+        parts = ()
+    if len(parts) > 2 and Path(parts[0]) == EXPERIMENTS_DIR:
+        folder = EXPERIMENTS_DIR / parts[1]
+        how = f"make repro EXPERIMENT={parts[1]}, or dvc repro {folder / PIPELINE_FILE}:{stage}@{item}"
+    else:
+        how = f"dvc repro {stage}@{item}"
+    raise TrinityError(f"missing; run the {stage} stage first ({how})", source=str(path))

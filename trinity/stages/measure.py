@@ -38,20 +38,25 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
         raise TrinityError(f"method {job.method!r} is a {kind} method; measure takes pipeline-parallel or "
                            f"data-parallel methods", field=f"methods.{job.method}.kind")
     real_ms, sim_ms = metrics["real_step_ms"], metrics["sim_step_ms"]
-    metrics["step_error"] = (sim_ms - real_ms) / real_ms
+    metrics["step_error"] = None if real_ms is None else (sim_ms - real_ms) / real_ms
+    out.mkdir(parents=True, exist_ok=True)
     write_json(out / "metrics.json", metrics)
     write_json(config.metrics_beside(out), {k: v for k, v in metrics.items() if not isinstance(v, list)})
+    tracker.log_artifact(out / "metrics.json")
+    if real_ms is None:
+        print(f"{job.method} on {job.model}, {job.cluster}: {metrics['not_run']} -> {out}")
+        return
     tracker.log_metrics({"real/step_ms": real_ms, "sim/step_ms": sim_ms, "sim/step_error": metrics["step_error"],
                          **({"real/comm_share": metrics["real_comm_share"]}
                             if metrics.get("real_comm_share") is not None else {})}, step=0)
-    tracker.log_artifact(out / "metrics.json")
     print(f"{job.method} on {job.model}, {job.cluster} for real: {real_ms:.1f} ms per step (predicted {sim_ms:.1f} ms, "
           f"{metrics['step_error']:+.0%}) -> {out}")
 
 
 def _pipeline(cfg, job, cluster, model_name, profile, options, out) -> dict:
     from trinity.data_parallel.measure import slowdown_factors
-    from trinity.pipeline_parallel import PipelinePlan, measure, measure_data_parallel
+    from trinity.pipeline_parallel import PipelineError, PipelinePlan, measure, measure_data_parallel
+    from trinity.pipeline_parallel.pipedream import ReplicatedPlan
 
     m = cfg.pipeline_parallel.measure
     folder = config.partition_dir(cfg, config.Job(job.model, job.cluster, job.method, 0))
@@ -60,11 +65,21 @@ def _pipeline(cfg, job, cluster, model_name, profile, options, out) -> dict:
     slowdown = slowdown_factors(cluster)
     common = dict(steps=int(m.steps), warmup=int(m.warmup), slowdown=slowdown, timeout_s=float(m.timeout_s),
                   out_dir=out, options=options, threads=1)
+    base = {"model": job.model, "cluster": job.cluster, "method": job.method, "family": "pipeline",
+            "plan": predicted["plan"], "slowdown": slowdown, "sim_step_ms": predicted["step_time_ms"]}
     if (folder / "plan.json").exists():
         plan = PipelinePlan.load(folder / "plan.json")
         measured = measure(plan, model_name, profile.batch, profile=profile, cluster=cluster, **common)
+    elif (folder / "replicated_plan.json").exists():  # PipeDream's, with replicated stages
+        try:
+            measured = measure(ReplicatedPlan.load(folder / "replicated_plan.json"), model_name, profile.batch,
+                               cluster=cluster, **common)
+        except PipelineError as e:
+            if e.field != "replicas":
+                raise
+            return {**base, "real_step_ms": None, "not_run": f"not run: {e.message}"}
     else:  # the pipeline family's BSP data-parallel baseline over every device
-        measured = measure_data_parallel(model_name, profile.batch, **common)
+        measured = measure_data_parallel(model_name, profile.batch, cluster=cluster, **common)
     return {"model": job.model, "cluster": job.cluster, "method": job.method, "family": "pipeline",
             "plan": predicted["plan"], "slowdown": slowdown, "real_step_ms": measured["step_time_us"] / 1e3,
             "sim_step_ms": predicted["step_time_ms"], "real_comm_share": measured.get("comm_share"),

@@ -1,10 +1,12 @@
-"""Compose conf/ into params.yaml, the file DVC and every stage read.
+"""Compose conf/ into the experiment's params.yaml, the file DVC and every stage read.
 
     python -m trinity.stages.params experiment=smoke [hydra overrides ...]
 
-`dvc repro` never recomposes (only `dvc exp run` does, with hydra.enabled), so
-`make repro` runs this first: an edit in conf/ then reaches params.yaml, and DVC
-reruns exactly the stages whose parameters changed.
+The default experiment's params.yaml is the checkout's own; every other experiment gets a folder,
+``experiments/<name>/`` (params.yaml, a dvc.yaml made from the root one, then its dvc.lock and outputs),
+so that no experiment overwrites another's. `dvc repro` never recomposes (only `dvc exp run` does,
+with hydra.enabled), so `make repro` runs this first: an edit in conf/ then reaches params.yaml, and
+DVC reruns exactly the stages whose parameters changed.
 """
 
 from __future__ import annotations
@@ -12,17 +14,17 @@ from __future__ import annotations
 import sys
 
 from trinity.errors import TrinityError
-from trinity.stages.config import PARAMS_FILE, compose, write_params
+from trinity.stages.config import PARAMS_FILE, compose, write_experiment
 
 
 def main(argv: list[str] | None = None) -> int:
     overrides = sys.argv[1:] if argv is None else argv
     try:
-        write_params(compose(overrides))
+        folder = write_experiment(compose(overrides))
     except TrinityError as exc:
         print(f"trinity params: error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {PARAMS_FILE} ({' '.join(overrides) or 'defaults'})")
+    print(f"wrote {folder / PARAMS_FILE} ({' '.join(overrides) or 'defaults'})")
     return 0
 
 
