@@ -37,8 +37,8 @@ PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
 
 
 def graphs(files: list[str]):
-    yield training_graph(2500, seed=7)
-    yield training_graph(4000, seed=11)
+    yield training_graph(2500, batch=8, seed=7)  # batch 8: 2 P100s hold it
+    yield training_graph(4000, batch=8, seed=11)
     yield layered_dag(3000, 4500, seed=5)
     for f in files:
         yield load_graph(f)
@@ -55,6 +55,9 @@ def main() -> None:
     for graph in graphs(args.graphs):
         for cluster in (load_cluster("p100x2"), load_cluster("p100x4")):
             case = f"{graph.name} ({graph.n_ops} ops) {cluster.name}"
+            if graph.group_static_memory().sum() > cluster.memory.sum():
+                print(f"{case}: skipped, the cluster cannot hold the graph's weights")
+                continue
             sim = Simulator(graph, cluster)
             for placer in PLACERS:
                 try:
