@@ -417,8 +417,7 @@ BAD_NUMBERS = [  # (command and positional arguments, option, values argparse mu
     (["search", "g.json"], "--batch", ["0", "-1", HUGE]),
     (["search", "g.json"], "--iterations", ["0", "-1", "1.5", "x"]),
     (["search", "g.json"], "--groups", ["0", "-1"]),
-    (["search", "g.json"], "--hidden", ["0", "-1", HUGE]),
-    (["search", "g.json"], "--ppo-epochs", ["0", "-1"]),
+    (["search", "g.json"], "--sim-threads", ["0", "-1", HUGE]),
     (["search", "g.json"], "--threads", ["0", "-1", HUGE]),
     (["search", "g.json"], "--warm-start-steps", ["-1"]),
     (["search", "g.json"], "--checkpoint-every", ["0", "-1"]),
@@ -454,7 +453,8 @@ def test_bad_numbers_are_usage_errors(capsys, argv, option, value):
 
 
 @pytest.mark.parametrize("argv", [
-    ["search", "g.json", "--warm-start-steps", "0", "--batch", "4096", "--hidden", "4096", "--iterations", "1"],
+    ["search", "g.json", "--warm-start-steps", "0", "--batch", "4096", "--option", "policy.lstm_hidden=4096",
+     "--iterations", "1"],
     ["validate", "g.json", "--warmup", "0", "--search-samples", "0", "--timeout", "0.5", "--workers", "256"],
     ["profile", "g.json", "--warmup", "0", "--steps", "1", "--threads", "1024"],
     ["export", "tiny_cnn", "--batch", "8192"],

@@ -91,6 +91,37 @@ class Agent(ABC):
         """Called after a warm start's last step (an agent may reset what imitation disturbed)."""
 
 
+class TwoLevelAgent(Agent):
+    """An agent over a two-level policy (``self.policy``) trained with its own Adam (``self.optimizer``) on
+    advantages against an EMA baseline (``self.baseline``), with its own torch random state
+    (``self.torch_rng``): what Trinity's and Hierarchical's agents share."""
+
+    policy: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    baseline: Any
+    torch_rng: torch.Tensor
+
+    def imitation_loss(self, unit_device: np.ndarray) -> torch.Tensor:
+        from trinity.rl.warm_start import two_level_imitation_loss
+
+        with own_rng(self):  # the dropout mask's seed (Hierarchical's Grouper has none; the draw is kept alike)
+            dropout_seed = int(torch.randint(0, 2 ** 62, (1,)))
+        return two_level_imitation_loss(self.policy, unit_device, dropout_seed)
+
+    def parameters(self):
+        return self.policy.parameters()
+
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "baseline": self.baseline.value, "torch_rng": self.torch_rng}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.baseline.value = state["baseline"]
+        self.torch_rng = state["torch_rng"]
+
+
 def register(name: str):
     """Class decorator: make an `Agent` subclass available as search method ``name``."""
 

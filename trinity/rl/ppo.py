@@ -20,17 +20,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 import torch
 
 from trinity.cluster import Cluster
 from trinity.features import op_features
 from trinity.graph.ir import OpGraph
 from trinity.reward import mdpe_reward
-from trinity.rl.agent import Agent, AgentContext, Samples, check_range, own_rng, register
+from trinity.rl.agent import AgentContext, Samples, TwoLevelAgent, check_range, register
 from trinity.rl.algorithms import EMABaseline, ppo_loss
 from trinity.rl.policy import PlacementPolicy, PolicyConfig, UnitGraph
-from trinity.rl.warm_start import two_level_imitation_loss
 
 
 @dataclass
@@ -72,7 +70,7 @@ class TrinityOptions:
 
 
 @register("trinity")
-class TrinityAgent(Agent):
+class TrinityAgent(TwoLevelAgent):
     Options = TrinityOptions
 
     def __init__(self, graph: OpGraph, cluster: Cluster, options: TrinityOptions, ctx: AgentContext):
@@ -91,7 +89,7 @@ class TrinityAgent(Agent):
         self.units = UnitGraph(graph, feats)
         self.unit_of_op = self.units.unit_of_op
         # Initialisation and dropout draw from torch's global generator; the agent keeps its own state
-        # of it (see own_rng), so other code, or another search, cannot shift its stream.
+        # of it (trinity.rl.agent.own_rng), so other code, or another search, cannot shift its stream.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(ctx.seed)
             self.policy = PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, policy_cfg)
@@ -137,22 +135,3 @@ class TrinityAgent(Agent):
                 "losses/grad_norm": float(grad_norm), **{f"losses/{k}": v for k, v in stats.items()},
                 "charts/lr": self.optimizer.param_groups[0]["lr"], "charts/baseline": float(self.baseline.value),
                 "charts/noise": strategy.noise}
-
-    def imitation_loss(self, unit_device: np.ndarray) -> torch.Tensor:
-        with own_rng(self):  # the dropout mask's seed
-            dropout_seed = int(torch.randint(0, 2 ** 62, (1,)))
-        return two_level_imitation_loss(self.policy, unit_device, dropout_seed)
-
-    def parameters(self):
-        return self.policy.parameters()
-
-    def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "baseline": self.baseline.value, "torch_rng": self.torch_rng}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.baseline.value = state["baseline"]
-        self.torch_rng = state["torch_rng"]
-

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 import torch
 
 from trinity.cluster import Cluster
 from trinity.graph.ir import OpGraph
 from trinity.reward import hierarchical_reward
-from trinity.rl.agent import Agent, AgentContext, Samples, check_range, own_rng, register
+from trinity.rl.agent import AgentContext, Samples, TwoLevelAgent, check_range, register
 from trinity.rl.algorithms import EMABaseline, reinforce_loss
 from trinity.rl.hierarchical import GrouperInputs, HierarchicalConfig, HierarchicalPolicy
-from trinity.rl.warm_start import two_level_imitation_loss
 
 
 @dataclass
@@ -60,7 +58,7 @@ class HierarchicalOptions:
 
 
 @register("hierarchical")
-class HierarchicalAgent(Agent):
+class HierarchicalAgent(TwoLevelAgent):
     Options = HierarchicalOptions
 
     def __init__(self, graph: OpGraph, cluster: Cluster, options: HierarchicalOptions, ctx: AgentContext):
@@ -113,21 +111,3 @@ class HierarchicalAgent(Agent):
         return {"losses/policy_loss": float(loss.detach()), "losses/entropy": float(entropy.detach()),
                 "losses/grad_norm": float(grad_norm), "charts/lr": self.optimizer.param_groups[0]["lr"],
                 "charts/baseline": float(self.baseline.value), "charts/noise": strategy.noise}
-
-    def imitation_loss(self, unit_device: np.ndarray) -> torch.Tensor:
-        with own_rng(self):  # the Grouper has no dropout; the draw keeps the stream as the Placer's peer's
-            dropout_seed = int(torch.randint(0, 2 ** 62, (1,)))
-        return two_level_imitation_loss(self.policy, unit_device, dropout_seed)
-
-    def parameters(self):
-        return self.policy.parameters()
-
-    def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "baseline": self.baseline.value, "torch_rng": self.torch_rng}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.baseline.value = state["baseline"]
-        self.torch_rng = state["torch_rng"]
