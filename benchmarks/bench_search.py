@@ -107,8 +107,8 @@ def time_to_quality(graph, cluster, budget_s: float) -> list[dict]:
     for start in ("single", "m-etf"):
         try:
             initial = place(start, graph, cluster).placement
-        except PlacementError:
-            initial = place("round-robin", graph, cluster).placement
+        except PlacementError:  # one device cannot hold the graph
+            start, initial = "round-robin", place("round-robin", graph, cluster).placement
         r = anneal(graph, cluster, initial, budget=max(200, int(budget_s * rate)), seed=0, simulator=sim)
         hit = [sec for _, sec, step, _ in r.curve if step <= target]
         rows.append({"method": f"annealing (from {start})", "reached_s": hit[0] if hit else None,
