@@ -3,8 +3,9 @@
 A search method is an `Agent`: it samples a batch of placements, learns from their rewards, and
 hands its state to the checkpoint. The loop (`trinity/rl/search.py`) knows nothing else about it,
 and never its name. Adding a method is one module that subclasses `Agent` under
-``@register("name")`` (with its settings as a dataclass, ``Options``) and one file in
-``conf/method/``; the loop, the warm start, checkpoints, tracking and the CLI need no change.
+``@register("name")`` in `trinity/rl/` (with its settings as a dataclass, ``Options``) and one
+file in ``conf/method/`` (listed in ``conf/config.yaml``'s catalogue); the loop, the warm start,
+checkpoints, tracking and the CLI need no change.
 
 Settings a method reads live in the ``agent:`` block of its search config and are typed by its
 ``Options`` dataclass: an unknown key or a value out of range is one line naming the field.
@@ -196,5 +197,11 @@ def own_rng(agent):
 
 
 def _load_builtin() -> None:
-    """Import the methods shipped with trinity (each registers itself)."""
-    from trinity.rl import ppo, reinforce  # noqa: F401
+    """Import every module of this package, so each method registers itself (a new one needs no line here)."""
+    import importlib
+    import pkgutil
+
+    import trinity.rl
+
+    for module in pkgutil.iter_modules(trinity.rl.__path__):
+        importlib.import_module(f"trinity.rl.{module.name}")
