@@ -27,11 +27,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 warnings.filterwarnings("ignore")
 
 from trinity.cluster import load_cluster  # noqa: E402
-from trinity.errors import PlacementError  # noqa: E402
 from trinity.graph import load_graph  # noqa: E402
 from trinity.graph.synthetic import training_graph  # noqa: E402
 from trinity.placers import place  # noqa: E402
-from trinity.placers.annealing import anneal  # noqa: E402
+from trinity.placers.annealing import anneal, start_placement  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
 
 BAR_S_PER_1000 = 120.0  # Trinity at batch 8 on a 2-4k-op graph, 4 devices, these 2 cores
@@ -105,10 +104,7 @@ def time_to_quality(graph, cluster, budget_s: float) -> list[dict]:
             s.close()
     rate = 1.0 / max(_sim_seconds(sim, graph, cluster), 1e-6)
     for start in ("single", "m-etf"):
-        try:
-            initial = place(start, graph, cluster).placement
-        except PlacementError:  # one device cannot hold the graph
-            start, initial = "round-robin", place("round-robin", graph, cluster).placement
+        start, initial = start_placement(start, graph, cluster)
         r = anneal(graph, cluster, initial, budget=max(200, int(budget_s * rate)), seed=0, simulator=sim)
         hit = [sec for _, sec, step, _ in r.curve if step <= target]
         rows.append({"method": f"annealing (from {start})", "reached_s": hit[0] if hit else None,

@@ -24,11 +24,10 @@ warnings.filterwarnings("ignore")
 import pandas as pd  # noqa: E402
 
 from trinity.cluster import load_cluster  # noqa: E402
-from trinity.errors import PlacementError  # noqa: E402
 from trinity.graph import load_graph  # noqa: E402
 from trinity.graph.synthetic import layered_dag, training_graph  # noqa: E402
-from trinity.placers import place  # noqa: E402
-from trinity.placers.annealing import anneal  # noqa: E402
+from trinity.placers import place_each  # noqa: E402
+from trinity.placers.annealing import anneal, start_placement  # noqa: E402
 from trinity.progress import progress  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
@@ -59,13 +58,11 @@ def main() -> None:
                 print(f"{case}: skipped, the cluster cannot hold the graph's weights")
                 continue
             sim = Simulator(graph, cluster)
-            for placer in PLACERS:
-                try:
-                    res = sim.simulate(place(placer, graph, cluster).placement)
-                except PlacementError:
-                    continue
+            for placer, placed in place_each(PLACERS, graph, cluster)[0].items():  # those that cannot: left out
+                res = sim.simulate(placed.placement)
                 rows.append({"case": case, "method": placer, "seed": 0, "step_time_ms": res.step_time_us / 1e3,
                              "fits": res.fits, "busiest_share": res.busiest_share, "seconds": 0.0})
+            _, start = start_placement("single", graph, cluster)  # annealing's start, the same for every seed
             for seed in progress(range(args.seeds), desc=case):
                 with tempfile.TemporaryDirectory() as tmp:
                     s = Search(graph, cluster, SearchConfig(iterations=args.iterations, seed=seed,
@@ -78,10 +75,6 @@ def main() -> None:
                 res = sim.simulate(best.placement, check=False)
                 rows.append({"case": case, "method": "trinity", "seed": seed, "step_time_ms": res.step_time_us / 1e3,
                              "fits": res.fits, "busiest_share": res.busiest_share, "seconds": wall})
-                try:
-                    start = place("single", graph, cluster).placement
-                except PlacementError:
-                    start = place("round-robin", graph, cluster).placement
                 per_call = max(s.sim_seconds / max(s.iteration * 8, 1), 1e-5)
                 sa = anneal(graph, cluster, start, budget=max(1000, int(wall / per_call)), seed=seed, simulator=sim)
                 within = [step for _, sec, step, _ in sa.curve if sec <= wall]

@@ -113,3 +113,13 @@ def test_annealing_calibrates_and_refuses_bad_settings():
         with pytest.raises(PlacementError) as err:
             anneal(g, c, start, **{"budget": 10, **bad})
         assert err.value.field == field
+
+
+def test_annealing_starts_from_round_robin_where_its_placer_cannot_place_the_graph():
+    from trinity.placers.annealing import start_placement
+
+    g, c = two_chains(), make_cluster(2)
+    assert start_placement("single", g, c)[0] == "single"
+    heavy = OpGraph([Op(f"v{i}", "VariableV2", 1.0, persistent_bytes=int(0.4e9)) for i in range(4)], [])
+    name, placement = start_placement("single", heavy, make_cluster(2))  # 1.6 GB: one 1 GB device cannot hold it
+    assert name == "round-robin" and placement.tolist() == [0, 1, 0, 1]

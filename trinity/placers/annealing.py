@@ -193,6 +193,18 @@ def anneal(graph: OpGraph, cluster: Cluster, start: np.ndarray, *, budget: int, 
     return best
 
 
+def start_placement(name: str, graph: OpGraph, cluster: Cluster, *, seed: int | None = None
+                    ) -> tuple[str, np.ndarray]:
+    """(placer used, placement) annealing starts from: placer ``name``'s, or round-robin's where ``name``
+    cannot place the graph (e.g. one device cannot hold it)."""
+    from trinity.placers.base import place
+
+    try:
+        return name, place(name, graph, cluster, seed=seed).placement
+    except PlacementError:
+        return "round-robin", place("round-robin", graph, cluster, seed=seed).placement
+
+
 @register("annealing")
 def place_annealing(graph: OpGraph, cluster: Cluster, seed: int = 0, budget: int = 2000,
                     start: str = "single") -> np.ndarray:

@@ -145,9 +145,8 @@ def _search(cfg, graph, cluster, job, out: Path, tracker) -> dict:
 
 def _anneal(cfg, graph, cluster, method, job, out: Path) -> dict:
     """Simulated annealing from a placer's placement (`best`: the best by reward), same reward as Trinity."""
-    from trinity.errors import PlacementError
-    from trinity.placers import best_by_reward, place
-    from trinity.placers.annealing import anneal
+    from trinity.placers import best_by_reward
+    from trinity.placers.annealing import anneal, start_placement
     from trinity.reward import mdpe_reward
     from trinity.rl.warm_start import WARM_START_PLACERS
 
@@ -159,11 +158,7 @@ def _anneal(cfg, graph, cluster, method, job, out: Path) -> dict:
     if start == "best":  # where the warm-started searches start
         start, initial = best_by_reward(WARM_START_PLACERS, graph, cluster, reward, seed=job.seed, simulator=sim)
     else:
-        try:
-            initial = place(start, graph, cluster, seed=job.seed).placement
-        except PlacementError:  # e.g. one device cannot hold the graph: start from a spread instead
-            start = "round-robin"
-            initial = place(start, graph, cluster, seed=job.seed).placement
+        start, initial = start_placement(start, graph, cluster, seed=job.seed)
     result = anneal(graph, cluster, initial, seed=job.seed, reward=reward, simulator=sim, **opts)
     res = sim.simulate(result.placement)
     Strategy.from_array(graph, cluster, result.placement, placer=f"annealing from {start}",
