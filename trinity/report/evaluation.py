@@ -157,6 +157,7 @@ def plot_time_to_quality(search: pd.DataFrame, cases: pd.DataFrame, model: str, 
 
 
 #: the multi-objective reward (MDPE) and its runtime-only control, both warm-started from the best placer
+PLACER_MARKERS = "sDv^<>phH*Xd8P"
 TRADEOFF = {"trinity-warm": "Trinity (MDPE reward)", "trinity-runtime": "Trinity (runtime-only reward)"}
 
 
@@ -214,7 +215,7 @@ def plot_pareto(search: pd.DataFrame, model: str, cluster: str, path: str | os.P
     shown = pd.concat([placers, jobs[jobs["method"].isin(list(TRADEOFF))]])
     front = pareto_front(shown, ["step_time_ms", "peak_comm_MB", "peak_memory_GB"])
     tol = _tolerances(jobs)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     for ax, (metric, label, scale, t) in zip(axes, (
             ("peak_memory_GB", "peak memory of the fullest device (GB)", 1.0, tol[1] if tol else None),
             ("peak_comm_MB", "peak communication of one device (GB)", 1e-3, tol[0] if tol else None))):
@@ -222,11 +223,10 @@ def plot_pareto(search: pd.DataFrame, model: str, cluster: str, path: str | os.P
             part = jobs[jobs["method"] == method]
             ax.scatter(part[metric] * scale, part["step_time_ms"], s=40, color=plt.cm.tab10(i), label=label_m,
                        zorder=3)
-        ax.scatter(placers[metric] * scale, placers["step_time_ms"], s=30, marker="s", color="grey",
-                   label="placers", zorder=2)
-        for _, p in placers.iterrows():
-            ax.annotate(p["method"], (p[metric] * scale, p["step_time_ms"]), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")
+        # a marker per placer, named in the legend: placers often sit on the same point (no communication)
+        for marker, (method, part) in zip(PLACER_MARKERS, placers.groupby("method", sort=True)):
+            ax.scatter(part[metric] * scale, part["step_time_ms"], s=30, marker=marker, color="grey",
+                       label=method, zorder=2)
         ax.scatter(front[metric] * scale, front["step_time_ms"], s=140, facecolors="none", edgecolors="black",
                    label="Pareto front (all 3 objectives)", zorder=4)
         if t is not None:
@@ -234,6 +234,10 @@ def plot_pareto(search: pd.DataFrame, model: str, cluster: str, path: str | os.P
         ax.set_xlabel(label)
         ax.set_ylabel("simulated step time (ms)")
         ax.set_yscale("log")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"{model} on {cluster}: what the multi-objective reward buys (every seed)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(0.86, 0.5))
+    fig.subplots_adjust(right=0.84, wspace=0.3)
+    seeds = jobs[jobs["method"].isin(list(TRADEOFF))]["seed"].nunique() if "seed" in jobs else 1
+    fig.suptitle(f"{model} on {cluster}: what the multi-objective reward buys ({seeds} seed{'s' * (seeds != 1)} "
+                 f"of each search, every placer)", fontsize=10)
     _save(fig, path)
