@@ -60,11 +60,26 @@ def _r(value, digits: int = 3):
         else round(float(value), digits)
 
 
-def evaluation_table(cases: pd.DataFrame, search: pd.DataFrame | None = None) -> pd.DataFrame:
+#: the share above the tightest lower bound at which a case has room left (issue 22: "3% where 5% is left")
+ROOM = 0.05
+
+
+def comm_bounds(results: Path) -> pd.DataFrame:
+    """``results/bounds.csv`` (`make bounds`: the lower bound counting communication per case), or empty."""
+    path = Path(results) / "bounds.csv"
+    return pd.read_csv(path) if path.exists() else pd.DataFrame()
+
+
+def evaluation_table(cases: pd.DataFrame, search: pd.DataFrame | None = None,
+                     bounds: pd.DataFrame | None = None) -> pd.DataFrame:
     """One block of rows per model x cluster (`per_case` rows in, one row per entry out); with the search
-    jobs (``search``), each RL row also gets its annealing peer at the same wall time."""
+    jobs (``search``), each RL row also gets its annealing peer at the same wall time; with ``bounds``
+    (`comm_bounds`), each row its % above the tightest lower bound and whether the case has 5% room."""
     rows = []
     for (model, cluster), case in cases.groupby(["model", "cluster"], sort=False):
+        known = bounds[(bounds["model"] == model) & (bounds["cluster"] == cluster)] \
+            if bounds is not None and len(bounds) else pd.DataFrame()
+        tight = float(known["bound_ms"].iloc[0]) if len(known) else None
         by = case.set_index("method")
         placers = case[~case["method"].isin(PLACER_EXCLUDED) & case["fits"]]
         best = placers.loc[placers["step_time_ms_mean"].idxmin()] if len(placers) else None
@@ -72,6 +87,8 @@ def evaluation_table(cases: pd.DataFrame, search: pd.DataFrame | None = None) ->
         metf = by.loc["m-etf"] if "m-etf" in by.index and by.loc["m-etf"]["fits"] else None
         lb = case["lower_bound_ms"].dropna()
         bound = float(lb.iloc[0]) if len(lb) else None
+        tight = max(tight, bound or 0.0) if tight is not None else bound  # the tightest of the two
+        room = None if tight is None or best is None else bool(best["step_time_ms_mean"] >= (1 + ROOM) * tight)
         base = {"model": model, "cluster": cluster}
 
         def row(entry: str, method: str, c: pd.Series) -> dict:
@@ -101,6 +118,8 @@ def evaluation_table(cases: pd.DataFrame, search: pd.DataFrame | None = None) ->
                     "vs_optimum_pct": _r(100 * (mean / optimum["step_time_ms_mean"] - 1), 2)
                     if optimum is not None and c["fits"] else None,
                     "vs_lower_bound_pct": _r(100 * (mean / bound - 1), 2) if bound and c["fits"] else None,
+                    "vs_tightest_bound_pct": _r(100 * (mean / tight - 1), 2) if tight and c["fits"] else None,
+                    "room_5pct": room,
                     "busiest_share": _r(c.get("busiest_share"), 3),
                     "collapse": collapse_label(c.get("busiest_share")),
                     "annealing_same_wall_ms": _r(annealing_at(search, model, cluster, entry))
@@ -116,6 +135,12 @@ def evaluation_table(cases: pd.DataFrame, search: pd.DataFrame | None = None) ->
             rows.append(row("exact optimum", "optimum", optimum))
         if bound:
             rows.append({**base, "entry": "lower bound (compute only)", "method": "", "step_time_ms": _r(bound)})
+        if len(known):
+            k = known.iloc[0]
+            rows.append({**base, "entry": "lower bound (counts communication)",
+                         "method": f"MILP {k['time_limit_s']:g} s, {k['segments_optimal']}/{k['segments']} segments "
+                                   f"optimal, worst gap {k['worst_milp_gap_pct']:g}%",
+                         "step_time_ms": _r(float(k["bound_ms"])), "room_5pct": room})
     return pd.DataFrame(rows)
 
 
