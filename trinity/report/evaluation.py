@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from trinity.plots import _save, plt
 
@@ -173,10 +174,12 @@ def plot_time_to_quality(search: pd.DataFrame, cases: pd.DataFrame, model: str, 
     if case["lower_bound_ms"].notna().any():
         ax.axhline(case["lower_bound_ms"].dropna().iloc[0], color="grey", ls="-.", lw=1, label="lower bound")
     ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlim(left=0)  # sub-second searches would otherwise get a negative tick beside 0
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
     ax.set_xlabel("search wall time (s; warm-start imitation not counted)")
     ax.set_ylabel("best simulated step time so far (ms)")
     ax.set_title(f"{model} on {cluster}: time to quality, every seed")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="best")
     _save(fig, path)
     return drawn
 
@@ -257,6 +260,9 @@ def plot_pareto(search: pd.DataFrame, model: str, cluster: str, path: str | os.P
         if t is not None:
             ax.axvline(t, color="red", ls="--", lw=1, label="tolerance")
         ax.set_xlabel(label)
+        # few, short ticks: tiny graphs have peaks of a few kB, which the default formatter writes at length
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
         ax.set_ylabel("simulated step time (ms)")
         ax.set_yscale("log")
     handles, labels = axes[0].get_legend_handles_labels()
