@@ -128,7 +128,13 @@ def test_smoke_leaves_every_report(smoke):
     assert {"op placement", "pipeline", "data parallel"} <= {line.split(",")[2] for line in families.splitlines()[1:]}
     side = pd.read_csv(reports / "families.csv")
     real = side[side["real_step_ms"].notna()]  # every pipeline and data-parallel entry, run for real on local4h
-    assert set(real["method"]) == {"tapp", "pipedream", "even", "ddp", "ps", "daso", "hps"}, side
+    measured = set(real["method"])
+    assert measured - {"pipedream"} == {"tapp", "even", "ddp", "ps", "daso", "hps"}, side
+    if "pipedream" not in measured:  # its plan follows the measured layer times: uneven replicas cannot run
+        doc = json.loads((smoke / "results" / "measure" / "transformer_lm" / "local4h-pipedream.metrics.json")
+                         .read_text())
+        assert doc["real_step_ms"] is None
+        assert doc["not_run"].startswith("not run: real runs take the same number of replicas for every stage")
     assert (real["real_step_ms"] > 0).all() and real["measured_winner"].sum() == 1
     runs_table = (reports / "data_parallel.csv").read_text()
     assert all(f"\n{m},0,digits," in runs_table for m in ("ddp", "ps", "daso", "hps")), runs_table
