@@ -324,7 +324,13 @@ def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
     cluster = (out / "calibration" / "cluster.yaml").read_text()
     assert "worker0" in cluster and "worker1" in cluster and "bandwidth_GBps" in cluster
     assert (out / "calibration" / "graph.json.gz").exists()
-    assert "send_cpu_share" in cluster
+    assert "send_cpu_share" in cluster and "corun_slowdown" in cluster and "step_sync_us" in cluster
+    calibration = json.loads((out / "calibration" / "calibration.json").read_text())
+    shared = calibration["shared_machine"]
+    assert shared["corun_slowdown"] >= 0 and shared["step_sync_us"] >= 0
+    assert set(shared["median_us"]) == {"A", "B", "AB", "local", "both"} and calibration["load"]["after"] >= 0
+    assert (table["real_q1_ms"] <= table["real_step_ms"]).all() and (table["real_step_ms"] <= table["real_q3_ms"]).all()
+    assert (table["load_max"] >= table["load_min"]).all() and (table["load_min"] >= 0).all()
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
@@ -374,6 +380,49 @@ def test_cli_validate_refuses_strategy_for_another_graph_before_starting_workers
     assert code == 2
     assert err.startswith("trinity: error: ") and "graph_digest" in err and g.digest() in err
     assert not (tmp_path / "v" / "results.csv").exists()
+
+
+def test_more_pinned_workers_than_cores_is_refused_before_starting():
+    cores = len(os.sched_getaffinity(0))
+    with pytest.raises(WorkerError, match=f"need {cores + 1} cores") as err:
+        LocalWorkers(cores + 1)
+    assert err.value.field == "workers"
+
+
+def test_a_calibration_for_another_graph_worker_count_or_machine_is_refused(tmp_path):
+    from trinity.runtime.calibrate import check_calibration
+
+    g, other = layered_dag(10, 14, seed=3), layered_dag(10, 14, seed=4)
+    workers = FakeWorkers(2)
+    workers.threads = 1
+    recorded = {"machine": socket.gethostname(), "threads_per_worker": 1}
+    check_calibration(tmp_path, g, two_devices(), recorded, g, workers)  # its own: accepted
+    cases = [((other, two_devices(), recorded, g, workers), "calibration.graph"),
+             ((g, two_devices(), recorded, g, FakeWorkers(3)), "calibration.workers"),
+             ((g, two_devices(), {**recorded, "machine": "elsewhere"}, g, workers), "calibration.machine"),
+             ((g, two_devices(), {**recorded, "threads_per_worker": 2}, g, workers), "calibration.threads_per_worker")]
+    for args, field in cases:
+        with pytest.raises(TrinityError) as err:
+            check_calibration(tmp_path, *args)
+        assert err.value.field == field and "--recalibrate" in str(err.value)
+
+
+def test_fit_transfer_model_keeps_the_shared_machine_terms():
+    import dataclasses
+
+    from trinity.graph.synthetic import random_dag
+    from trinity.runtime.calibrate import fit_transfer_model
+    from trinity.sim import Simulator
+
+    g = random_dag(40, 0.2, seed=5)
+    cluster = cluster_from_dict({"name": "w", "corun_slowdown": 0.2, "step_sync_us": 50.0,
+                                 "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(2)],
+                                 "default_link": {"bandwidth_GBps": 0.05, "latency_us": 20.0}})
+    placements = [place(p, g, cluster, **({"seed": 1} if p == "random" else {})).placement
+                  for p in ("round-robin", "random", "m-etf")]
+    truth = Simulator(g, dataclasses.replace(cluster, send_cpu_share=0.3, latency=cluster.latency * 0.5))
+    measured = [truth.simulate(p).step_time_us for p in placements]
+    assert fit_transfer_model(g, cluster, placements, measured) == (pytest.approx(0.3), 0.5, pytest.approx(0.0, abs=1e-12))
 
 
 def test_fit_transfer_model_recovers_the_share_and_latency_that_made_the_times():

@@ -19,19 +19,26 @@ def best_per_case(cases: pd.DataFrame) -> pd.DataFrame:
 
 
 def validation_errors(measured: pd.DataFrame) -> dict[str, dict]:
-    """Per model and batch: the simulator's median |relative step time error| over every measured strategy
-    and over the held-out split ones (not in the calibration, over two workers or more), and the rank
-    correlation of simulated against measured step times."""
+    """Per model, batch and calibration run: the simulator's median |relative step time error| over every
+    measured strategy and over the held-out split ones (not in the calibration, over two workers or
+    more), the rank correlation of simulated against measured step times, the communication error, the
+    measurement's noise (see `trinity.runtime.validate.error_summary`) and the machine's highest load.
+    Names: ``<model> b<batch>``, with `` run<r>`` where a model has several runs."""
     from trinity.runtime.validate import error_summary
 
     if not len(measured):
         return {}
     out = {}
-    for (model, batch), part in measured.groupby(["model", measured["batch"].fillna(-1)], sort=False):
+    run = measured["run"].fillna(1) if "run" in measured else pd.Series(1, index=measured.index)
+    runs = run.groupby(measured["model"]).nunique()
+    for (model, batch, r), part in measured.groupby(["model", measured["batch"].fillna(-1), run], sort=False):
         s = error_summary(part)
         keys = ("strategies", "step_error_median", "held_out_split_strategies", "held_out_split_step_error_median",
-                "held_out_split_step_error_p90", "rank_correlation", "held_out_split_rank_correlation")
-        name = model if batch == -1 else f"{model} b{int(batch)}"
+                "held_out_split_step_error_p90", "rank_correlation", "held_out_split_rank_correlation",
+                "held_out_split_comm_error_max", "held_out_split_spread_median", "held_out_split_resolved_pairs",
+                "held_out_split_resolved_concordance", "load_max")
+        s = {k: s.get(k, float("nan")) for k in keys}
+        name = (model if batch == -1 else f"{model} b{int(batch)}") + (f" run{int(r)}" if runs[model] > 1 else "")
         out[name] = {k: (None if s[k] != s[k] else round(float(s[k]), 4)) if isinstance(s[k], float) else s[k]
                      for k in keys}
     return out
@@ -144,13 +151,20 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
     if summary["validation"]:
         lines += ["Held out = not used in the calibration and splitting the step over both workers; rank "
                   "correlation: Spearman's, simulated against measured step times (goal: median <= 5%, bar 10%; "
-                  "rank correlation goal >= 0.9, bar 0.8).", "",
+                  "rank correlation goal >= 0.9, bar 0.8; communication within 2%). Noise: the median spread "
+                  "(IQR / median) of a strategy's timed steps, the share of pairs whose IQRs do not overlap "
+                  "(resolved) and the share of those the simulator orders alike; load: the machine's highest "
+                  "1-minute load average during the measurements.", "",
                   "| model, batch | strategies | median error, all | held-out split | median error | p90 | "
-                  "rank corr., all | rank corr., held-out split |", "|---|---|---|---|---|---|---|---|"]
+                  "rank corr., all | rank corr., held-out split | max comm. error | spread | resolved pairs | "
+                  "alike | load |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {model} | {v['strategies']} | {_pct(v['step_error_median'])} | "
                   f"{v['held_out_split_strategies']} | {_pct(v['held_out_split_step_error_median'])} | "
                   f"{_pct(v['held_out_split_step_error_p90'])} | {_corr(v['rank_correlation'])} | "
-                  f"{_corr(v['held_out_split_rank_correlation'])} |" for model, v in summary["validation"].items()]
+                  f"{_corr(v['held_out_split_rank_correlation'])} | {_pct(v.get('held_out_split_comm_error_max'))} | "
+                  f"{_pct(v.get('held_out_split_spread_median'))} | {_pct(v.get('held_out_split_resolved_pairs'))} | "
+                  f"{_pct(v.get('held_out_split_resolved_concordance'))} | {_corr(v.get('load_max'))} |"
+                  for model, v in summary["validation"].items()]
     elif validation_ran:
         lines.append("The validate stage ran but measured no strategy.")
     else:
