@@ -391,3 +391,23 @@ def test_validation_runs_and_measurement_noise(tmp_path):
     assert errors["m b8 run2"]["held_out_split_rank_correlation"] == 1.0
     plot_sim_vs_real_all(measured(table), tmp_path / "scatter.png")
     assert (tmp_path / "scatter.png").stat().st_size > 0
+
+
+def test_a_missed_bar_says_by_how_much_and_what_the_measurement_shows():
+    import os
+
+    from trinity.report.summary import target_misses
+
+    cores = len(os.sched_getaffinity(0))
+    v = {"held_out_split_step_error_median": 0.125, "held_out_split_rank_correlation": 0.75,
+         "held_out_split_comm_error_max": 0.03, "held_out_split_resolved_pairs": 0.4,
+         "held_out_split_resolved_concordance": 0.5, "load_max": 100.0}
+    why = (f" (40% of strategy pairs lie further apart than their measured IQRs (the simulator orders 50.0% of "
+           f"those alike); the machine's load reached 100.0 on {cores} cores)")
+    assert target_misses("m b8 run2", v) == [
+        f"- m b8 run2: median error 12.5%, 2.5 points over the 10% bar{why}",
+        f"- m b8 run2: rank correlation 0.75, 0.05 under the 0.8 bar{why}",
+        "- m b8 run2: communication off by up to 3.0%, over the 2% bar"]
+    good = {**v, "held_out_split_step_error_median": 0.05, "held_out_split_rank_correlation": 0.9,
+            "held_out_split_comm_error_max": 0.001}
+    assert target_misses("m b64", good) == []
