@@ -167,7 +167,7 @@ def test_the_default_validation_covers_two_models_twice_and_bad_settings_name_th
                                    (f"validation.workers={cores + 1}", "inception_v3", "validation.workers"),
                                    ("validation.placers=[]", "nmt_2layer_s12", "validation.placers")):
         bad = config.compose(["experiment=default", override]
-                             + (["validation.search_samples=0"] if "placers" in override else []))
+                             + (["validation.search_samples=0", "validation.blends=[]"] if "placers" in override else []))
         with pytest.raises(TrinityError) as err:
             check_validation(bad, model)
         assert err.value.field == field, override

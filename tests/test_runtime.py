@@ -441,3 +441,17 @@ def test_fit_transfer_model_recovers_the_share_and_latency_that_made_the_times()
     measured = [truth.simulate(p).step_time_us for p in placements]
     share, scale, error = fit_transfer_model(g, cluster, placements, measured)
     assert (share, scale, error) == (pytest.approx(0.3), 0.5, 0.0)
+
+
+def test_blended_strategies_move_the_differing_groups_in_topological_order():
+    from trinity.runtime.validate import blended_strategies
+
+    # a chain a -> b -> c -> d; b and c one colocation group; start: all on 0, end: b, c, d on 1
+    from trinity.graph.ir import Edge, Op, OpGraph
+
+    g = OpGraph([Op("a", "A", 1.0), Op("b", "B", 1.0, colocation_group="bc"), Op("c", "C", 1.0, colocation_group="bc"),
+                 Op("d", "D", 1.0)], [Edge("a", "b", None), Edge("b", "c", None), Edge("c", "d", None)])
+    start, end = np.zeros(4, np.int64), np.array([0, 1, 1, 1])
+    blends = blended_strategies(g, start, end, 3, name="x")  # 2 differing groups: 0.5, 1, 1.5 -> 0, 1, 2 moved
+    assert [(c.name, c.source, list(c.placement)) for c in blends] == [("x-2of4", "blend", [0, 1, 1, 0]),
+                                                                       ("x-3of4", "blend", [0, 1, 1, 1])]

@@ -59,6 +59,27 @@ def candidate_strategies(graph: OpGraph, cluster: Cluster, *, placers=VALIDATION
     return out
 
 
+def blended_strategies(graph: OpGraph, start: np.ndarray, end: np.ndarray, n: int,
+                       name: str = "blend") -> list[Candidate]:
+    """``n`` strategies between two placements: the colocation groups the two place differently, in
+    topological order (of each group's first op), the first k of them where ``end`` puts them and the
+    rest where ``start`` does, for k = 1/(n+1) .. n/(n+1) of them. A graded family whose step times
+    spread wider than the measurement's noise, none of them fitted."""
+    a = graph.arrays
+    first = np.full(a.n_groups, graph.n_ops, np.int64)
+    np.minimum.at(first, a.group, np.argsort(graph.topological_order()))
+    differ = np.unique(a.group[start != end])
+    differ = differ[np.argsort(first[differ], kind="stable")]
+    out, seen = [], set()
+    for i in range(1, n + 1):
+        moved = differ[:round(i * len(differ) / (n + 1))]
+        p = np.where(np.isin(a.group, moved), end, start).astype(np.int64)
+        if len(moved) and p.tobytes() not in seen:
+            seen.add(p.tobytes())
+            out.append(Candidate(f"{name}-{i}of{n + 1}", "blend", p))
+    return out
+
+
 def _search_samples(graph, cluster, n, iterations, warm_start, seed, progress) -> list[Candidate]:
     from trinity.rl.search import Search, SearchConfig
 

@@ -4,8 +4,9 @@ simulator to them.
 Every strategy the search stage found, every seed, for a cluster with as many devices as there are
 workers (device i runs on worker i) is simulated on the calibrated workers and measured; identical
 placements run once. A model the search stage did not run on gets strategies of its own instead:
-``validation.placers`` and ``validation.search_samples`` strategies sampled along a short Trinity
-search, found once at the model's own batch on the first calibration. Then the same strategies run at
+``validation.placers``, ``validation.search_samples`` strategies sampled along a short Trinity
+search and graded blends between pairs of placers (``validation.blends``), found once at the model's
+own batch on the first calibration. Then the same strategies run at
 each of ``validation.batches``, the model exported at that batch: its op times are measured on the
 workers again, while the link, transfer and shared-machine terms fitted at the model's own batch are
 kept, so nothing is fitted at these batches. All of it runs ``validation.runs`` times, each with fresh
@@ -82,19 +83,32 @@ def check_validation(cfg: DictConfig, model: str) -> list[int]:
             raise TrinityError(f"{v.workers} workers x {v.threads_per_worker} threads need "
                                f"{v.workers * v.threads_per_worker} cores, this machine gives {cores}",
                                field="validation.workers")
-    if model not in cfg.run.models and not (v.get("placers") or v.get("search_samples")):
+    if model not in cfg.run.models and not (v.get("placers") or v.get("search_samples") or v.get("blends")):
         raise TrinityError(f"model {model!r} was not searched (not in run.models) and the validation has no "
                            "strategies of its own for it", field="validation.placers")
     return batches
 
 
 def own_candidates(cfg: DictConfig, graph, cluster) -> list:
-    """A model the search did not run on: ``validation.placers`` and ``validation.search_samples``."""
-    from trinity.runtime.validate import candidate_strategies
+    """A model the search did not run on: ``validation.placers``, ``validation.search_samples`` and
+    ``validation.blend_steps`` strategies between each pair of placers in ``validation.blends``."""
+    from trinity.placers import place
+    from trinity.runtime.validate import blended_strategies, candidate_strategies
 
     v = cfg.validation
-    return candidate_strategies(graph, cluster, placers=list(v.get("placers") or ()),
-                                search_samples=int(v.get("search_samples") or 0), progress=True)
+    out = candidate_strategies(graph, cluster, placers=list(v.get("placers") or ()),
+                               search_samples=int(v.get("search_samples") or 0), progress=True)
+    for i, pair in enumerate(v.get("blends") or []):
+        if len(pair) != 2:
+            raise TrinityError(f"must be a pair of placers, got {list(pair)}", field=f"validation.blends[{i}]")
+        start, end = (place(str(name), graph, cluster).placement for name in pair)
+        out += blended_strategies(graph, start, end, int(v.get("blend_steps") or 0), name=f"{pair[0]}-to-{pair[1]}")
+    seen, unique = set(), []
+    for c in out:  # identical placements run once
+        if c.placement.tobytes() not in seen:
+            seen.add(c.placement.tobytes())
+            unique.append(c)
+    return unique
 
 
 def run(cfg: DictConfig, job: config.Job, tracker) -> None:
