@@ -29,7 +29,8 @@ def test_every_experiment_composes_and_every_job_is_typed(experiment):
             sc = config.search_config(cfg, method, seed=3)
             assert isinstance(sc, SearchConfig) and sc.seed == 3 and sc.method == method.removesuffix("-warm")
             assert sc.reward == config.reward(cfg)
-    assert set(cfg.run.validate) <= set(cfg.run.models)
+    assert set(cfg.run.validate) <= set(cfg.run.graphs)  # exported and profiled; searched or with its own strategies
+    assert all(m in cfg.run.models or cfg.validation.placers or cfg.validation.search_samples for m in cfg.run.validate)
 
 
 def test_experiments_differ_where_they_should():
@@ -148,3 +149,30 @@ def test_zero_tolerances_are_refused_naming_the_key():
         config.search_config(cfg, "trinity", 0)
     runtime_only = config.search_config(config.compose(["experiment=smoke"]), "trinity-runtime", 0)
     assert runtime_only.reward.beta == 0 and runtime_only.reward.gamma == 0 and runtime_only.reward.alpha == 0.5
+
+
+def test_the_default_validation_covers_two_models_twice_and_bad_settings_name_their_field():
+    import os
+
+    from trinity.stages.validate import check_validation
+
+    cfg = config.compose(["experiment=default"])
+    assert list(cfg.run.validate) == ["inception_v3", "nmt_2layer_s12"] and cfg.validation.runs == 2
+    assert check_validation(cfg, "inception_v3") == [8] and check_validation(cfg, "nmt_2layer_s12") == [8]
+    assert config.compose(["experiment=smoke"]).validation.runs == 1
+    cores = len(os.sched_getaffinity(0))
+    for override, model, field in (("validation.batches=[0]", "inception_v3", "validation.batches[0]"),
+                                   ("validation.batches=[8]", "layered12", "validation.batches"),
+                                   ("validation.runs=0", "inception_v3", "validation.runs"),
+                                   (f"validation.workers={cores + 1}", "inception_v3", "validation.workers"),
+                                   ("validation.placers=[]", "nmt_2layer_s12", "validation.placers")):
+        bad = config.compose(["experiment=default", override]
+                             + (["validation.search_samples=0", "validation.blends=[]"] if "placers" in override else []))
+        with pytest.raises(TrinityError) as err:
+            check_validation(bad, model)
+        assert err.value.field == field, override
+    with pytest.raises(TrinityError, match="unknown model 'nmt'"):  # a model outside the catalogue
+        config.check_run(config.compose(["experiment=default", "run.validate=[nmt]"]))
+    with pytest.raises(TrinityError, match="run.graphs") as err:  # one nobody exports and profiles
+        config.check_run(config.compose(["experiment=default", "run.validate=[gnmt]"]))
+    assert err.value.field == "run.validate"

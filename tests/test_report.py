@@ -128,6 +128,11 @@ def test_table5_is_trinitys_change_against_hierarchical(report):
     assert two["paper_search_time_change_pct"] == -41.7
 
 
+#: results.csv files without the measurement's quartiles and the machine's load (older runs)
+NO_NOISE = {"held_out_split_spread_median": None, "held_out_split_resolved_pairs": None,
+            "held_out_split_resolved_concordance": None, "load_max": None}
+
+
 def test_summary_and_metrics_json(report):
     out, written = report
     summary = written["summary"]
@@ -139,10 +144,12 @@ def test_summary_and_metrics_json(report):
         "inception_v3 b64": {"strategies": 4, "step_error_median": 0.25, "held_out_split_strategies": 2,
                              "held_out_split_step_error_median": 0.175, "held_out_split_step_error_p90": 0.235,
                              "rank_correlation": round(3 / np.sqrt(22.5), 4),
-                             "held_out_split_rank_correlation": None},
+                             "held_out_split_rank_correlation": None, "held_out_split_comm_error_max": 0.0,
+                             **NO_NOISE},
         "inception_v3 b16": {"strategies": 3, "step_error_median": 0.2, "held_out_split_strategies": 3,
                              "held_out_split_step_error_median": 0.2, "held_out_split_step_error_p90": 0.2,
-                             "rank_correlation": 1.0, "held_out_split_rank_correlation": 1.0}}
+                             "rank_correlation": 1.0, "held_out_split_rank_correlation": 1.0,
+                             "held_out_split_comm_error_max": 0.0, **NO_NOISE}}
     assert summary["counts"] == {"models": 1, "cases": 2, "search_jobs": 9, "validated_strategies": 7}
     assert json.loads((out / "metrics.json").read_text()) == summary
     # what `dvc metrics show` reads: a file per row, a few well-named numbers each
@@ -345,6 +352,65 @@ def test_per_method_summarises_the_committed_partition_metrics(tmp_path):
     t = per_method(tmp_path, "m", "c").set_index("method")
     assert t.loc["tapp", "seeds"] == 2 and t.loc["tapp", "step_ms"] == 11.0
     assert t.loc["tapp", "step_std_ms"] == 1.414 and list(t.index) == ["tapp", "even"]  # rounded to 3 places
+
+
+def test_validation_runs_and_measurement_noise(tmp_path):
+    """Two calibration runs of one model: each its own row; the noise figures of the held-out split
+    strategies from their quartiles; the scatter draws a panel per run with the quartiles as error bars."""
+    from trinity.report.figures import plot_sim_vs_real_all
+    from trinity.report.results import measured, validation_results
+    from trinity.report.summary import validation_errors
+
+    folder = tmp_path / "results" / "validate" / "m"
+
+    def write(path, batch, run, real, q1, q3, sim, load):
+        path.mkdir(parents=True, exist_ok=True)
+        real = np.array(real)
+        pd.DataFrame({"batch": batch, "run": run, "strategy": ["a", "b", "c"], "source": "search",
+                      "calibration_set": False, "sim_step_ms": sim, "real_step_ms": real, "real_q1_ms": q1,
+                      "real_q3_ms": q3, "real_spread": (np.array(q3) - np.array(q1)) / real,
+                      "real_crossed_MB": 1.0, "comm_error": [0.0, 0.01, -0.03], "overridden": 0,
+                      "step_error": (np.array(sim) - real) / real, "load_max": load}).to_csv(path / "results.csv",
+                                                                                           index=False)
+
+    # run 1: every pair's IQRs apart, all ordered alike; run 2: a and b overlap, a and c ordered apart
+    write(folder, 64, 1, [10.0, 12.0, 20.0], [9.5, 11.0, 19.0], [10.5, 13.0, 21.0], [11.0, 11.5, 19.0], [1.5, 2.0, 0.5])
+    write(folder / "run2", 64, 2, [10.0, 10.4, 20.0], [9.0, 10.0, 19.0], [11.0, 11.0, 21.0], [12.0, 11.0, 11.5],
+          [0.5, 0.5, 3.0])
+    write(folder / "run2" / "batch8", 8, 2, [1.0, 2.0, 4.0], [0.9, 1.9, 3.9], [1.1, 2.1, 4.1], [1.0, 2.0, 4.0],
+          [0.1, 0.1, 0.1])
+    table = validation_results(tmp_path / "results")
+    assert sorted(zip(table["model"], table["batch"], table["run"]))[::3] == [("m", 8, 2), ("m", 64, 1), ("m", 64, 2)]
+    errors = validation_errors(measured(table))
+    assert list(errors) == ["m b64 run1", "m b64 run2", "m b8 run2"]
+    one, two = errors["m b64 run1"], errors["m b64 run2"]
+    assert (one["held_out_split_resolved_pairs"], one["held_out_split_resolved_concordance"]) == (1.0, 1.0)
+    assert one["held_out_split_spread_median"] == 0.1 and one["load_max"] == 2.0
+    assert two["held_out_split_resolved_pairs"] == round(2 / 3, 4) and two["held_out_split_resolved_concordance"] == 0.5
+    assert two["held_out_split_comm_error_max"] == 0.03 and two["load_max"] == 3.0
+    assert errors["m b8 run2"]["held_out_split_rank_correlation"] == 1.0
+    plot_sim_vs_real_all(measured(table), tmp_path / "scatter.png")
+    assert (tmp_path / "scatter.png").stat().st_size > 0
+
+
+def test_a_missed_bar_says_by_how_much_and_what_the_measurement_shows():
+    import os
+
+    from trinity.report.summary import target_misses
+
+    cores = len(os.sched_getaffinity(0))
+    v = {"held_out_split_step_error_median": 0.125, "held_out_split_rank_correlation": 0.75,
+         "held_out_split_comm_error_max": 0.03, "held_out_split_resolved_pairs": 0.4,
+         "held_out_split_resolved_concordance": 0.5, "load_max": 100.0}
+    why = (f" (40% of strategy pairs lie further apart than their measured IQRs (the simulator orders 50.0% of "
+           f"those alike); the machine's load reached 100.0 on {cores} cores)")
+    assert target_misses("m b8 run2", v) == [
+        f"- m b8 run2: median error 12.5%, 2.5 points over the 10% bar{why}",
+        f"- m b8 run2: rank correlation 0.75, 0.05 under the 0.8 bar{why}",
+        "- m b8 run2: communication off by up to 3.0%, over the 2% bar"]
+    good = {**v, "held_out_split_step_error_median": 0.05, "held_out_split_rank_correlation": 0.9,
+            "held_out_split_comm_error_max": 0.001}
+    assert target_misses("m b64", good) == []
 
 
 def test_evaluation_table_with_the_communication_bound(report):

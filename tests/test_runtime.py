@@ -324,7 +324,13 @@ def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
     cluster = (out / "calibration" / "cluster.yaml").read_text()
     assert "worker0" in cluster and "worker1" in cluster and "bandwidth_GBps" in cluster
     assert (out / "calibration" / "graph.json.gz").exists()
-    assert "send_cpu_share" in cluster
+    assert "send_cpu_share" in cluster and "corun_slowdown" in cluster and "step_sync_us" in cluster
+    calibration = json.loads((out / "calibration" / "calibration.json").read_text())
+    shared = calibration["shared_machine"]
+    assert shared["corun_slowdown"] >= 0 and shared["step_sync_us"] >= 0
+    assert set(shared["median_us"]) == {"A", "B", "AB", "local", "both"} and calibration["load"]["after"] >= 0
+    assert (table["real_q1_ms"] <= table["real_step_ms"]).all() and (table["real_step_ms"] <= table["real_q3_ms"]).all()
+    assert (table["load_max"] >= table["load_min"]).all() and (table["load_min"] >= 0).all()
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
@@ -376,6 +382,49 @@ def test_cli_validate_refuses_strategy_for_another_graph_before_starting_workers
     assert not (tmp_path / "v" / "results.csv").exists()
 
 
+def test_more_pinned_workers_than_cores_is_refused_before_starting():
+    cores = len(os.sched_getaffinity(0))
+    with pytest.raises(WorkerError, match=f"need {cores + 1} cores") as err:
+        LocalWorkers(cores + 1)
+    assert err.value.field == "workers"
+
+
+def test_a_calibration_for_another_graph_worker_count_or_machine_is_refused(tmp_path):
+    from trinity.runtime.calibrate import check_calibration
+
+    g, other = layered_dag(10, 14, seed=3), layered_dag(10, 14, seed=4)
+    workers = FakeWorkers(2)
+    workers.threads = 1
+    recorded = {"machine": socket.gethostname(), "threads_per_worker": 1}
+    check_calibration(tmp_path, g, two_devices(), recorded, g, workers)  # its own: accepted
+    cases = [((other, two_devices(), recorded, g, workers), "calibration.graph"),
+             ((g, two_devices(), recorded, g, FakeWorkers(3)), "calibration.workers"),
+             ((g, two_devices(), {**recorded, "machine": "elsewhere"}, g, workers), "calibration.machine"),
+             ((g, two_devices(), {**recorded, "threads_per_worker": 2}, g, workers), "calibration.threads_per_worker")]
+    for args, field in cases:
+        with pytest.raises(TrinityError) as err:
+            check_calibration(tmp_path, *args)
+        assert err.value.field == field and "--recalibrate" in str(err.value)
+
+
+def test_fit_transfer_model_keeps_the_shared_machine_terms():
+    import dataclasses
+
+    from trinity.graph.synthetic import random_dag
+    from trinity.runtime.calibrate import fit_transfer_model
+    from trinity.sim import Simulator
+
+    g = random_dag(40, 0.2, seed=5)
+    cluster = cluster_from_dict({"name": "w", "corun_slowdown": 0.2, "step_sync_us": 50.0,
+                                 "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(2)],
+                                 "default_link": {"bandwidth_GBps": 0.05, "latency_us": 20.0}})
+    placements = [place(p, g, cluster, **({"seed": 1} if p == "random" else {})).placement
+                  for p in ("round-robin", "random", "m-etf")]
+    truth = Simulator(g, dataclasses.replace(cluster, send_cpu_share=0.3, latency=cluster.latency * 0.5))
+    measured = [truth.simulate(p).step_time_us for p in placements]
+    assert fit_transfer_model(g, cluster, placements, measured) == (pytest.approx(0.3), 0.5, pytest.approx(0.0, abs=1e-12))
+
+
 def test_fit_transfer_model_recovers_the_share_and_latency_that_made_the_times():
     import dataclasses
 
@@ -392,3 +441,17 @@ def test_fit_transfer_model_recovers_the_share_and_latency_that_made_the_times()
     measured = [truth.simulate(p).step_time_us for p in placements]
     share, scale, error = fit_transfer_model(g, cluster, placements, measured)
     assert (share, scale, error) == (pytest.approx(0.3), 0.5, 0.0)
+
+
+def test_blended_strategies_move_the_differing_groups_in_topological_order():
+    from trinity.runtime.validate import blended_strategies
+
+    # a chain a -> b -> c -> d; b and c one colocation group; start: all on 0, end: b, c, d on 1
+    from trinity.graph.ir import Edge, Op, OpGraph
+
+    g = OpGraph([Op("a", "A", 1.0), Op("b", "B", 1.0, colocation_group="bc"), Op("c", "C", 1.0, colocation_group="bc"),
+                 Op("d", "D", 1.0)], [Edge("a", "b", None), Edge("b", "c", None), Edge("c", "d", None)])
+    start, end = np.zeros(4, np.int64), np.array([0, 1, 1, 1])
+    blends = blended_strategies(g, start, end, 3, name="x")  # 2 differing groups: 0.5, 1, 1.5 -> 0, 1, 2 moved
+    assert [(c.name, c.source, list(c.placement)) for c in blends] == [("x-2of4", "blend", [0, 1, 1, 0]),
+                                                                       ("x-3of4", "blend", [0, 1, 1, 1])]

@@ -121,6 +121,69 @@ def test_send_cpu_share_must_be_a_fraction():
         cluster_from_dict(doc)
 
 
+def _shared(n, **terms):
+    return cluster_from_dict({"name": "shared", **terms, "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(n)],
+                              "default_link": {"bandwidth_GBps": 1.0, "latency_us": 2.0}})
+
+
+def test_corun_slowdown_stretches_processors_while_both_compute():
+    # a (10 us) on d0 and b (6 us) on d1 start together; with c = 0.5 both run at 1/1.5 of their speed:
+    # b ends at 9 having done its 6 us; a has done 6 of its 10 us, then runs alone: ends at 13.
+    g = OpGraph([Op("a", "A", 10.0), Op("b", "B", 6.0)], [])
+    for res in both(g, _shared(2, corun_slowdown=0.5), [0, 1]):
+        assert list(res.op_end) == [13.0, 9.0] and res.step_time_us == 13.0
+        assert list(res.busy_us) == [10.0, 6.0]  # the uncontended work
+    for res in both(g, _shared(2, corun_slowdown=0.5), [0, 0]):  # one processor: nothing co-runs
+        assert list(res.op_end) == [10.0, 16.0] and res.step_time_us == 16.0
+
+
+def test_corun_slowdown_counts_busy_processors_and_moves_ends_when_one_starts():
+    # c = 1; a (8 us) on d0, d (4) on d1, e (2) on d2 start at 0; d releases b (4) on d1.
+    # 3 busy, stretch 3: e ends at 6 (a has 6 left, d 2); stretch 2: d ends at 10 (a has 4 left);
+    # b starts, still 2 busy: a and b, 4 us each, both end at 18.
+    g = OpGraph([Op("a", "A", 8.0), Op("d", "D", 4.0), Op("e", "E", 2.0), Op("b", "B", 4.0)],
+                [Edge("d", "b", None)])
+    for res in both(g, _shared(3, corun_slowdown=1.0), [0, 1, 2, 1]):
+        assert list(res.op_start) == [0.0, 0.0, 0.0, 10.0]
+        assert list(res.op_end) == [18.0, 10.0, 6.0, 18.0]
+        assert res.step_time_us == 18.0
+
+
+def test_corun_slowdown_slows_the_senders_share_of_a_transfer():
+    # a (10, 2000 B) on d0 -> b (5) on d1, c (6) on d1 from the start; share 0.5 of the 4 us transfer.
+    # c = 1: a and c co-run at half speed: c ends at 12 (a has done 6), a alone ends at 16; the
+    # sender's 2 us share runs alone [16, 18], the wire [18, 20], b alone [20, 25].
+    g = OpGraph([Op("a", "A", 10.0, output_bytes=(2000,)), Op("b", "B", 5.0), Op("c", "C", 6.0)],
+                [Edge("a", "b", 0)])
+    for res in both(g, _shared(2, corun_slowdown=1.0, send_cpu_share=0.5), [0, 1, 1]):
+        assert list(res.op_end) == [16.0, 25.0, 12.0]
+        assert list(res.transfers[0]) == [0, 0, 0, 1, 2000, 16.0, 20.0]
+
+
+def test_step_sync_adds_a_round_per_extra_device():
+    g = OpGraph([Op("a", "A", 10.0), Op("b", "B", 6.0), Op("c", "C", 1.0)], [])
+    cluster = _shared(3, step_sync_us=2.5)
+    for placement, step in (([0, 0, 0], 17.0), ([0, 1, 1], 12.5), ([0, 1, 2], 15.0)):
+        for res in both(g, cluster, placement):
+            assert res.step_time_us == step
+            assert res.op_end.max() == step - 2.5 * (len(set(placement)) - 1)
+
+
+def test_shared_machine_terms_are_zero_by_default_and_refused_when_negative():
+    from trinity.errors import ClusterError
+
+    c = make_cluster(2)
+    assert c.corun_slowdown == 0.0 and c.step_sync_us == 0.0
+    assert "corun_slowdown" not in c.to_dict() and "step_sync_us" not in c.to_dict()
+    terms = _shared(2, corun_slowdown=0.25, step_sync_us=3.0)
+    again = cluster_from_dict(terms.to_dict())
+    assert (again.corun_slowdown, again.step_sync_us) == (0.25, 3.0)
+    assert terms.subset([1, 0]).corun_slowdown == 0.25
+    for key in ("corun_slowdown", "step_sync_us"):
+        with pytest.raises(ClusterError, match=key):
+            _shared(2, **{key: -1.0})
+
+
 CLUSTERS = [
     make_cluster(2),
     make_cluster(3, latency_us=0.0),
@@ -135,6 +198,9 @@ CLUSTERS = [
 CLUSTERS.append(cluster_from_dict({"name": "cpu-workers", "send_cpu_share": 0.6,
                                    "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(3)],
                                    "default_link": {"bandwidth_GBps": 1.0, "latency_us": 3.0}}))
+
+CLUSTERS.append(_shared(3, corun_slowdown=0.3, step_sync_us=1.5, send_cpu_share=0.4))
+CLUSTERS.append(_shared(2, corun_slowdown=0.7))
 
 
 @pytest.mark.parametrize("seed", range(150))
@@ -170,6 +236,19 @@ def test_fast_equals_reference_past_64_devices(n_dev):
     np.testing.assert_array_equal(fast.peak_memory_bytes, ref.peak_memory_bytes)
     np.testing.assert_array_equal(fast.transfers, ref.transfers)
 
+
+def test_fast_equals_reference_with_corun_past_the_heap_threshold():
+    """Past HEAP_FROM_DEVICES the fast simulator keeps completions in a heap, rebuilt when ends move."""
+    from trinity.graph.synthetic import layered_dag
+
+    graph = layered_dag(300, 500, seed=3, colocated_fraction=0.0)
+    cluster = _shared(60, corun_slowdown=0.05, step_sync_us=1.0, send_cpu_share=0.3)
+    placement = np.random.default_rng(3).integers(0, 60, graph.n_ops)
+    fast, ref = both(graph, cluster, placement)
+    assert fast.step_time_us == ref.step_time_us > 0
+    np.testing.assert_array_equal(fast.op_end, ref.op_end)
+    np.testing.assert_array_equal(fast.peak_memory_bytes, ref.peak_memory_bytes)
+    np.testing.assert_array_equal(fast.transfers, ref.transfers)
 
 def test_fast_equals_reference_on_gnmt(reference_gnmt_path):
     from trinity.cluster import load_cluster

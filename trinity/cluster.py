@@ -21,6 +21,14 @@ to d takes ``latency_us[s, d] + b / bandwidth[s, d]`` microseconds.
 data, as CPU workers over gRPC do: that fraction of each transfer's time
 occupies the sender's processor (in turn with its ops), the rest is on the
 link (see `trinity.sim`). `trinity calibrate` measures it.
+
+Two more terms (default 0) are for workers that share one machine and one
+master, as local TensorFlow workers do; `trinity calibrate` measures both:
+``corun_slowdown`` c slows every processor while k of them compute at once
+to 1 / (1 + c (k - 1)) of its speed (they share caches and memory
+bandwidth), and ``step_sync_us`` s adds s (m - 1) to the step of a
+placement that uses m devices (the master's step protocol with each extra
+worker).
 """
 
 from __future__ import annotations
@@ -59,6 +67,8 @@ class Cluster:
     bandwidth: np.ndarray  # float64[D, D] bytes per microsecond; diagonal unused
     latency: np.ndarray  # float64[D, D] microseconds; diagonal unused
     send_cpu_share: float = 0.0  # fraction of a transfer's time the sender's processor spends on it
+    corun_slowdown: float = 0.0  # c: with k processors busy each runs at 1 / (1 + c (k - 1)) of its speed
+    step_sync_us: float = 0.0  # s: a step over m devices takes s (m - 1) longer
 
     @property
     def n_devices(self) -> int:
@@ -89,7 +99,8 @@ class Cluster:
         idx = [int(i) for i in indices]
         return Cluster(name=self.name, devices=tuple(self.devices[i] for i in idx),
                        bandwidth=self.bandwidth[np.ix_(idx, idx)], latency=self.latency[np.ix_(idx, idx)],
-                       send_cpu_share=self.send_cpu_share)
+                       send_cpu_share=self.send_cpu_share, corun_slowdown=self.corun_slowdown,
+                       step_sync_us=self.step_sync_us)
 
     def transfer_us(self, src: int, dst: int, nbytes: float) -> float:
         if src == dst:
@@ -102,6 +113,8 @@ class Cluster:
         return {
             "name": self.name,
             **({"send_cpu_share": self.send_cpu_share} if self.send_cpu_share else {}),
+            **({"corun_slowdown": self.corun_slowdown} if self.corun_slowdown else {}),
+            **({"step_sync_us": self.step_sync_us} if self.step_sync_us else {}),
             "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
                          **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {}),
                          **({"node": d.node} if d.node else {})} for d in self.devices],
@@ -234,8 +247,10 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
         if doc.get("send_cpu_share") is not None else 0.0
     if share > 1:
         raise ClusterError(f"must be between 0 and 1, got {share}", source=source, field="send_cpu_share")
+    corun, sync = (_number(doc, key, "cluster", source, positive=False, default=0.0)
+                   if doc.get(key) is not None else 0.0 for key in ("corun_slowdown", "step_sync_us"))
     return Cluster(name=str(doc.get("name") or Path(source).stem), devices=tuple(devices), bandwidth=bw, latency=lat,
-                   send_cpu_share=share)
+                   send_cpu_share=share, corun_slowdown=corun, step_sync_us=sync)
 
 
 def preset_names() -> list[str]:

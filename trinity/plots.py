@@ -196,8 +196,12 @@ def plot_sim_vs_real(table: pd.DataFrame, path: str | os.PathLike, title: str = 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
     for ax, (real, sim, label) in zip(axes, panels):
         by_source = measured.groupby("source") if "source" in measured else [("", measured)]
+        if real == "real_step_ms" and {"real_q1_ms", "real_q3_ms"} <= set(measured.columns):  # measured IQR
+            ax.errorbar(measured[real], measured[sim], fmt="none", ecolor="grey", elinewidth=0.8, capsize=2,
+                        xerr=[(measured[real] - measured["real_q1_ms"]).clip(lower=0),
+                              (measured["real_q3_ms"] - measured[real]).clip(lower=0)], label="measured IQR")
         for source, part in by_source:
-            ax.scatter(part[real], part[sim], s=22, label=source, alpha=0.8)
+            ax.scatter(part[real], part[sim], s=22, label=source, alpha=0.8, zorder=3)
         top = max(float(measured[[real, sim]].max().max()), 1e-9) * 1.08
         ax.plot([0, top], [0, top], "k-", lw=0.8)
         ax.fill_between([0, top], [0, 0.9 * top], [0, 1.1 * top], color="grey", alpha=0.15, label="±10%")

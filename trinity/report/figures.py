@@ -126,20 +126,38 @@ def plot_bars(cases: pd.DataFrame, metric: str, label: str, path: str | os.PathL
     _save(fig, path)
 
 
+def _measured_spread(ax, part: pd.DataFrame) -> None:
+    """Horizontal bars from the first to the third quartile of each strategy's timed steps."""
+    if {"real_q1_ms", "real_q3_ms"} <= set(part.columns):
+        q = part.dropna(subset=["real_q1_ms", "real_q3_ms"])
+        ax.errorbar(q["real_step_ms"], q["sim_step_ms"],
+                    xerr=[(q["real_step_ms"] - q["real_q1_ms"]).clip(lower=0), (q["real_q3_ms"] - q["real_step_ms"]).clip(lower=0)],
+                    fmt="none", ecolor="grey", elinewidth=0.8, capsize=2, label="measured IQR", zorder=2)
+
+
 def plot_sim_vs_real_all(measured: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Every measured strategy, one panel per model and batch: simulated against measured step time,
-    y = x and a ±10% band (Fig. 9); held-out split strategies (not in the calibration, over two workers
-    or more) filled, the others hollow."""
+    """Every measured strategy, one panel per model, batch and calibration run (rows: runs): simulated
+    against measured step time with the measured interquartile range as error bars, y = x and a ±10%
+    band (Fig. 9); held-out split strategies (not in the calibration, over two workers or more) filled,
+    the others hollow."""
     batch = measured["batch"] if "batch" in measured else pd.Series(np.nan, index=measured.index)
+    run = measured["run"].fillna(1) if "run" in measured else pd.Series(1, index=measured.index)
     panels = list(measured.groupby([measured["model"], batch.fillna(-1)], sort=False))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.8), squeeze=False)
-    for ax, ((model, b), part) in zip(axes[0], panels):
+    runs = sorted(run.unique())
+    fig, axes = plt.subplots(len(runs), len(panels), figsize=(5 * len(panels), 4.8 * len(runs)), squeeze=False)
+    cells = [(axes[runs.index(r), i], model, b, r, part[run[part.index] == r])
+             for i, ((model, b), part) in enumerate(panels) for r in runs]
+    for ax, model, b, r, part in cells:
+        if not len(part):
+            ax.set_axis_off()
+            continue
         held = held_out_split_rows(part) if {"calibration_set", "real_crossed_MB"} <= set(part.columns) \
             else pd.Series(True, index=part.index)
+        _measured_spread(ax, part)
         ax.scatter(part.loc[held, "real_step_ms"], part.loc[held, "sim_step_ms"], s=26, color="C0",
-                   label=f"held out, split ({int(held.sum())})")
+                   label=f"held out, split ({int(held.sum())})", zorder=3)
         ax.scatter(part.loc[~held, "real_step_ms"], part.loc[~held, "sim_step_ms"], s=26, facecolors="none",
-                   edgecolors="C1", label=f"calibration set or one worker ({int((~held).sum())})")
+                   edgecolors="C1", label=f"calibration set or one worker ({int((~held).sum())})", zorder=3)
         values = part[["real_step_ms", "sim_step_ms"]].to_numpy(float)
         low, top = values.min() / 1.15, values.max() * 1.15
         ax.plot([low, top], [low, top], "k-", lw=0.8, label="y = x")
@@ -154,7 +172,7 @@ def plot_sim_vs_real_all(measured: pd.DataFrame, path: str | os.PathLike) -> Non
         ax.set_xlabel("measured step time (ms)")
         ax.set_ylabel("simulated step time (ms)")
         error = part.loc[held, "step_error"].abs().median()
-        ax.set_title(f"{model}{'' if b == -1 else f', batch {int(b)}'}: held-out split median |error| "
-                     f"{error:.1%}", fontsize=9)
+        ax.set_title(f"{model}{'' if b == -1 else f', batch {int(b)}'}{f', run {int(r)}' if len(runs) > 1 else ''}: "
+                     f"held-out split median |error| {error:.1%}", fontsize=9)
         ax.legend(fontsize=7)
     _save(fig, path)

@@ -72,11 +72,14 @@ def per_case(search: pd.DataFrame) -> pd.DataFrame:
 
 
 def validation_results(results: Path) -> pd.DataFrame:
-    """Every validated strategy of every model and batch (``validate/<model>/results.csv`` at the model's
-    own batch, ``validate/<model>/batch<b>/results.csv`` at others); empty when the validate stage did not run."""
+    """Every validated strategy of every model, batch and run (``validate/<model>/results.csv`` at the
+    model's own batch, ``validate/<model>/batch<b>/results.csv`` at others, the same under ``run<r>/`` for
+    every run after the first); empty when the validate stage did not run."""
     frames = []
     folder = results / "validate"
-    for path in sorted(folder.glob("*/results.csv")) + sorted(folder.glob("*/batch*/results.csv")):
+    paths = [p for pattern in ("*/results.csv", "*/batch*/results.csv", "*/run*/results.csv",
+                               "*/run*/batch*/results.csv") for p in sorted(folder.glob(pattern))]
+    for path in paths:
         table = pd.read_csv(path)
         missing = {"strategy", "sim_step_ms", "real_step_ms"} - set(table.columns)
         if missing:
@@ -85,7 +88,11 @@ def validation_results(results: Path) -> pd.DataFrame:
             table["step_error"] = (table["sim_step_ms"] - table["real_step_ms"]) / table["real_step_ms"]
         if "batch" not in table:
             table.insert(0, "batch", np.nan)
-        model = path.parent.parent if path.parent.name.startswith("batch") else path.parent
+        if "run" not in table:
+            table.insert(1, "run", 1)
+        model = path.parent
+        while model.parent != folder:  # up from batch<b>/ and run<r>/
+            model = model.parent
         table.insert(0, "model", model.name)
         frames.append(table)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -39,7 +39,8 @@ def load(path: Path) -> dict:
 def shaping(search_config: dict, cluster: Cluster) -> dict:
     """Everything that shapes a search's state, flattened to ``a.b.c`` keys: a resume must match it."""
     c = cluster
-    h = hashlib.sha256(json.dumps([c.device_names, [d.kind for d in c.devices], c.send_cpu_share]).encode())
+    shared = [c.corun_slowdown, c.step_sync_us] if c.corun_slowdown or c.step_sync_us else []  # old hashes hold
+    h = hashlib.sha256(json.dumps([c.device_names, [d.kind for d in c.devices], c.send_cpu_share, *shared]).encode())
     for a in (c.bandwidth, c.latency, c.memory, np.array([d.speed for d in c.devices])):
         h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
     flat = {"cluster": h.hexdigest()[:16]}  # devices, links, memory, speeds (a digest: 1,024 devices are 1M links)

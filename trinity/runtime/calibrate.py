@@ -23,6 +23,13 @@ sender alone, sends alone, both at once), reported by `make bench`: it reads
 1.0 here, above the fitted value, because it charges the sender's whole
 slowdown (cache and memory traffic included) to the transfers.
 
+Workers that share one machine and one master cost a step more than its ops
+and transfers: `measure_shared_machine` times the master's step protocol
+with a second worker (the cluster's ``step_sync_us``) and the model's step
+on each worker alone against a copy on each at once (``corun_slowdown``:
+the workers share caches and memory bandwidth). Both are measured at the
+calibration's batch and kept wherever the calibration is used.
+
 `calibrate` returns the calibrated cluster (devices
 ``worker0..``, kind ``worker``, the measured link and send CPU share, each
 worker's memory budget) and the calibrated graph: what `trinity validate`
@@ -35,6 +42,7 @@ import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -42,7 +50,7 @@ from trinity.cluster import Cluster, cluster_from_dict
 from trinity.errors import TrinityError
 from trinity.graph.ir import OpGraph
 from trinity.progress import progress as progress_bar
-from trinity.runtime.runner import Runner, placed_graph_def
+from trinity.runtime.runner import Runner, machine_load, placed_graph_def
 from trinity.runtime.workers import WorkerError, Workers
 
 DEFAULT_SIZES = (4_096, 65_536, 524_288, 2_097_152, 8_388_608, 33_554_432)
@@ -184,8 +192,72 @@ def measure_send_cpu_share(workers: Workers, link: LinkFit, *, size: int = 8_388
             "transfers_us": wire, "size": size, "transfers": transfers}
 
 
+def measure_shared_machine(graph: OpGraph, graph_def: bytes, workers: Workers, *, repeats: int = 5,
+                           sync_repeats: int = 60, timeout_s: float = 300.0, progress: bool = True) -> dict:
+    """The cluster's shared-machine terms (see `trinity.cluster`), from tasks 0 and 1.
+
+    * ``step_sync_us`` s: a no-op on task 0 alone against a no-op on task 0 that waits (a control
+      edge, no data) on a no-op on task 1; the difference is what a second worker adds to a step.
+    * ``corun_slowdown`` c: the model's whole step on task 0 alone (A), on task 1 alone (B), and a
+      copy on each at once (AB), the runner's session settings. One thread per worker is busy all
+      step long, so under the simulator's term AB = max(A, B) + c min(A, B) + s.
+
+    Interleaved repeats in rotating order; medians. The machine's 1-minute load before and after
+    is part of the answer (other work on the machine reads as co-run slowdown)."""
+    import tensorflow as tf
+
+    if workers.n < 2:
+        raise WorkerError("measuring co-running workers needs at least 2 workers", field="workers")
+    load_before = machine_load()
+    runner = Runner(graph, graph_def, workers, timeout_s=timeout_s)
+    devices = workers.devices
+    tf_graph = tf.Graph()
+    with tf_graph.as_default():
+        for task, prefix in ((0, "a"), (1, "b")):
+            placed = placed_graph_def(runner.graph_def, graph, np.full(graph.n_ops, task, np.int64), devices)
+            tf.compat.v1.import_graph_def(placed, name=prefix)
+        with tf.device(devices[1]):
+            remote = tf.no_op(name="sync_remote")
+        with tf.device(devices[0]):
+            local = tf.no_op(name="sync_local")
+            with tf.control_dependencies([remote]):
+                both = tf.no_op(name="sync_both")
+    fetches = {"A": [f"a/{f}" for f in runner.fetches], "B": [f"b/{f}" for f in runner.fetches]}
+    fetches["AB"] = fetches["A"] + fetches["B"]
+    times: dict[str, list[float]] = {k: [] for k in ("A", "B", "AB", "local", "both")}
+
+    def timed(sess, key, fetch):
+        t0 = time.perf_counter()
+        runner._run(sess, fetch, f"the shared-machine measurement ({key})")
+        times[key].append((time.perf_counter() - t0) * 1e6)
+
+    with tf.compat.v1.Session(workers.target, graph=tf_graph, config=runner.session_config()) as sess:
+        runner._run(sess, [f"a/{graph.meta['init_op']}", f"b/{graph.meta['init_op']}"], "initialising both copies")
+        for key in ("A", "B", "AB"):  # warm-up
+            runner._run(sess, fetches[key], "a warm-up step")
+        for _ in range(3):
+            runner._run(sess, [local, both], "a warm-up no-op")
+        for r in range(sync_repeats):
+            for key, fetch in ((("local", local), ("both", both)) if r % 2 == 0 else (("both", both), ("local", local))):
+                timed(sess, key, fetch)
+        order = ["A", "B", "AB"]
+        for r in progress_bar(range(repeats), desc="co-run", unit="round", disable=not progress):
+            for key in order[r % 3:] + order[:r % 3]:
+                timed(sess, key, fetches[key])
+    med = {k: float(statistics.median(v)) for k, v in times.items()}
+    sync = max(med["both"] - med["local"], 0.0)
+    alone_max, alone_min = max(med["A"], med["B"]), min(med["A"], med["B"])
+    corun = max((med["AB"] - sync - alone_max) / alone_min, 0.0)
+    return {"corun_slowdown": corun, "step_sync_us": sync, "median_us": med,
+            "iqr_us": {k: [float(q) for q in np.percentile(v, [25, 75])] for k, v in times.items()},
+            "repeats": repeats, "sync_repeats": sync_repeats,
+            "load_before": load_before, "load_after": machine_load()}
+
+
 FIT_PLACERS = ("metis", "m-etf", "m-topo", "expert", "round-robin")
-LATENCY_SCALES = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
+#: above 1: on NMT's single-thread workers a transfer in a busy step costs more than a lone round trip
+#: (the fit ran into 1.0, the grid's old edge)
+LATENCY_SCALES = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
 
 
 def fit_transfer_model(graph: OpGraph, cluster: Cluster, placements: list[np.ndarray], measured_us: list[float],
@@ -195,8 +267,8 @@ def fit_transfer_model(graph: OpGraph, cluster: Cluster, placements: list[np.nda
     the smaller share, then the smaller scale).
 
     The latency scale multiplies the isolated-transfer latency `measure_link` found: in a busy
-    step many RecvTensor calls are in flight at once, so a transfer costs its sender less than
-    a lone round trip's latency."""
+    step many RecvTensor calls are in flight at once, so a transfer can cost its sender less than
+    a lone round trip's latency, or more where the workers' one thread also serves the RPCs."""
     from trinity.sim import Simulator
 
     best = (np.inf, 0.0, 1.0)
@@ -237,16 +309,27 @@ def profile_on_worker(graph: OpGraph, graph_def: bytes, workers: Workers, *, ste
 
 
 def worker_cluster_yaml(workers: Workers, link: LinkFit, memory_bytes: int, send_cpu_share: float = 0.0,
-                        latency_scale: float = 1.0, name: str = "calibrated") -> dict:
+                        latency_scale: float = 1.0, name: str = "calibrated", shared: dict | None = None) -> dict:
+    """The calibrated cluster's YAML document; ``shared``: `measure_shared_machine`'s answer."""
     return {
         "name": name,
         "send_cpu_share": round(send_cpu_share, 3),
+        **({"corun_slowdown": round(shared["corun_slowdown"], 4), "step_sync_us": round(shared["step_sync_us"], 1)}
+           if shared else {}),
         "devices": [{"name": f"worker{i}", "kind": WORKER_KIND, "speed": 1.0, "memory_GB": memory_bytes / 1e9}
                     for i in range(workers.n)],
         "default_link": {"bandwidth_GBps": round(link.bandwidth_GBps, 4),
                          "latency_us": round(link.latency_us * latency_scale, 2)},
-        "calibration": {**link.to_dict(), "hosts": list(workers.hosts)},
+        "calibration": {**link.to_dict(), "hosts": list(workers.hosts), **machine_of(workers)},
     }
+
+
+def machine_of(workers: Workers) -> dict:
+    """What a calibration is only valid for besides its graph: the machine and the workers' threads."""
+    import socket
+
+    threads = getattr(workers, "threads", None)
+    return {"machine": socket.gethostname(), "threads_per_worker": threads} if threads else {}
 
 
 def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int = 10, warmup: int = 3,
@@ -256,11 +339,15 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
     from trinity.placers import place_each
     from trinity.runtime.runner import worker_cluster
 
+    load_before = machine_load()
     link = measure_link(workers, repeats=link_repeats, progress=progress)
     costed, profile = profile_on_worker(graph, graph_def, workers, steps=steps, warmup=warmup, progress=progress)
     trace_scale = profile["trace_scale"]
     memory = int(worker_cluster(workers).memory[0])
-    cluster = cluster_from_dict(worker_cluster_yaml(workers, link, memory), "calibration")
+    # as many rounds as traced profile steps (a handful of model steps each): the smoke test's 2 stay quick
+    shared = measure_shared_machine(graph, graph_def, workers, repeats=max(steps, 2), sync_repeats=12 * max(steps, 2),
+                                    progress=progress)
+    cluster = cluster_from_dict(worker_cluster_yaml(workers, link, memory, shared=shared), "calibration")
     # The send CPU share and latency scale are fitted to real steps of a few placers' strategies
     # (a validation should judge the simulator on other strategies: `trinity validate` marks them).
     runner = Runner(costed, graph_def, workers, cluster=cluster)
@@ -272,9 +359,10 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
     measured = runner.measure_interleaved(fit_set, rounds=1, steps=3, warmup=1, progress=progress)
     share, scale, fit_error = fit_transfer_model(costed, cluster, list(fit_set.values()),
                                                  [measured[n].median_us for n in fit_set])
-    doc = worker_cluster_yaml(workers, link, memory, share, latency_scale=scale)
+    doc = worker_cluster_yaml(workers, link, memory, share, latency_scale=scale, shared=shared)
     cluster = cluster_from_dict(doc, "calibration")
-    report = {"link": link.to_dict(),
+    report = {"link": link.to_dict(), "shared_machine": shared,
+              "load": {"before": load_before, "after": machine_load()},
               "transfer_fit": {"send_cpu_share": share, "latency_scale": scale, "median_error": fit_error,
                                "placers": list(fit_set),
                                "measured_step_us": {n: measured[n].median_us for n in fit_set}},
@@ -286,24 +374,39 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
     return cluster, doc, costed, report
 
 
+def check_calibration(folder, calibrated: OpGraph, cluster: Cluster, recorded: dict, graph: OpGraph,
+                      workers: Workers) -> None:
+    """Refuse a calibration made for another graph, worker count, machine or thread budget: one
+    error naming what differs."""
+    differs = []
+    if calibrated.digest() != graph.digest():
+        differs.append(("graph", f"graph {calibrated.digest()}, not {graph.digest()}"))
+    if cluster.n_devices != workers.n:
+        differs.append(("workers", f"{cluster.n_devices} workers, not {workers.n}"))
+    for key, value in machine_of(workers).items():
+        if key in recorded and recorded[key] != value:
+            differs.append((key, f"{key} {recorded[key]!r}, not {value!r}"))
+    if differs:
+        key, what = differs[0]
+        raise TrinityError(f"calibration in {folder} was made for {what}; use --recalibrate or another "
+                           "--calibration folder", source=str(Path(folder) / "cluster.yaml"), field=f"calibration.{key}")
+
+
 def calibration_for(graph: OpGraph, graph_def: bytes, workers: Workers, folder, *, reuse: bool = True,
                     steps: int = 10, progress: bool = True) -> tuple[Cluster, OpGraph, dict | None]:
     """The calibrated (cluster, graph) for these workers, read from ``folder`` when ``reuse`` and it
     holds one for this graph and worker count, else measured and written there (cluster.yaml,
     graph.json.gz, calibration.json). The report is None when reused."""
-    from pathlib import Path
 
     from trinity.cluster import load_cluster
-    from trinity.fileio import write_json, write_yaml
+    from trinity.fileio import read_yaml, write_json, write_yaml
     from trinity.graph import load_graph, save_graph
 
     folder = Path(folder)
     cluster_file, graph_file = folder / "cluster.yaml", folder / "graph.json.gz"
     if reuse and cluster_file.exists() and graph_file.exists():
         cg, cluster = load_graph(graph_file), load_cluster(cluster_file)
-        if cg.digest() != graph.digest() or cluster.n_devices != workers.n:
-            raise TrinityError(f"calibration in {folder} is for another graph or worker count; use "
-                               "--recalibrate or another --calibration folder", field="calibration")
+        check_calibration(folder, cg, cluster, read_yaml(cluster_file).get("calibration") or {}, graph, workers)
         return cluster, cg, None
     cluster, doc, cg, report = calibrate(graph, graph_def, workers, steps=steps, progress=progress)
     write_yaml(cluster_file, doc)
@@ -317,7 +420,6 @@ def calibration_at_batch(graph: OpGraph, graph_def: bytes, workers: Workers, clu
     """``graph`` (the model exported at another batch size) with its op times measured on the workers,
     the link and transfer model of ``cluster`` (fitted at the model's own batch) kept: nothing is fitted
     at this batch. Read from ``folder/graph.json.gz`` when it holds this graph, else measured there."""
-    from pathlib import Path
 
     from trinity.fileio import write_json
     from trinity.graph import load_graph, save_graph

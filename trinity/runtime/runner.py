@@ -23,11 +23,14 @@ graphs) that gives:
 every strategy once), because step times here drift by tens of percent over
 minutes: interleaving spreads the drift evenly instead of charging it to
 whichever strategy ran last. Every wait has a timeout: a run that does not
-finish raises `WorkerError` instead of hanging.
+finish raises `WorkerError` instead of hanging. The machine's 1-minute load
+average is recorded before and after every run (the workers are pinned to
+cores, but nothing stops other jobs from using them).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -46,6 +49,11 @@ from trinity.runtime.workers import WorkerError, Workers
 RUN_TIMEOUT_S = 300.0
 
 
+def machine_load() -> float:
+    """This machine's 1-minute load average: recorded beside every real measurement."""
+    return float(os.getloadavg()[0])
+
+
 @dataclass
 class Measurement:
     """One strategy measured on the workers. Times in microseconds, sizes in bytes."""
@@ -59,6 +67,7 @@ class Measurement:
     peak_memory_bytes: list[int] = field(default_factory=list)  # per device
     overridden: list[tuple[str, str, str]] = field(default_factory=list)  # (op, asked, ran)
     setup_s: float = 0.0  # session creation, initialisation and warm-up, summed over rounds
+    load: list[float] = field(default_factory=list)  # the machine's 1-minute load before and after each run
 
     @property
     def median_us(self) -> float:
@@ -72,8 +81,18 @@ class Measurement:
         q1, q3 = np.percentile(self.step_us, [25, 75])
         return float((q3 - q1) / self.median_us)
 
+    def quartiles_us(self) -> tuple[float, float]:
+        """First and third quartile of the timed steps (the median's spread on the scatter)."""
+        if not self.step_us:
+            return float("nan"), float("nan")
+        q1, q3 = np.percentile(self.step_us, [25, 75])
+        return float(q1), float(q3)
+
     def summary(self) -> dict:
+        q1, q3 = self.quartiles_us()
         return {"strategy": self.name, "real_step_ms": self.median_us / 1e3, "real_spread": self.spread,
+                "real_q1_ms": q1 / 1e3, "real_q3_ms": q3 / 1e3,
+                "load_min": min(self.load, default=float("nan")), "load_max": max(self.load, default=float("nan")),
                 "real_steps": len(self.step_us), "real_crossed_MB": self.crossed_bytes / 1e6,
                 "real_transfers": self.transfers,
                 "real_peak_memory_GB": max(self.peak_memory_bytes, default=0) / 1e9,
@@ -254,6 +273,7 @@ class Runner:
         placement = self.check(placement, name)
         self.workers.check()
         m = into or Measurement(name)
+        m.load.append(machine_load())
         asked = {op.name: self.workers.devices[int(d)] for op, d in zip(self.graph.ops, placement)}
         tf_graph = tf.Graph()
         with tf_graph.as_default():
@@ -279,6 +299,7 @@ class Runner:
                 m.loss.append(self._loss(out))
                 m.crossed_bytes, m.transfers, m.peak_memory_bytes, m.overridden = _trace_figures(
                     md, self.graph, asked, self.workers.devices)
+        m.load.append(machine_load())
         return m
 
     @staticmethod

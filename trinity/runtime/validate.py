@@ -59,6 +59,27 @@ def candidate_strategies(graph: OpGraph, cluster: Cluster, *, placers=VALIDATION
     return out
 
 
+def blended_strategies(graph: OpGraph, start: np.ndarray, end: np.ndarray, n: int,
+                       name: str = "blend") -> list[Candidate]:
+    """``n`` strategies between two placements: the colocation groups the two place differently, in
+    topological order (of each group's first op), the first k of them where ``end`` puts them and the
+    rest where ``start`` does, for k = 1/(n+1) .. n/(n+1) of them. A graded family whose step times
+    spread wider than the measurement's noise, none of them fitted."""
+    a = graph.arrays
+    first = np.full(a.n_groups, graph.n_ops, np.int64)
+    np.minimum.at(first, a.group, np.argsort(graph.topological_order()))
+    differ = np.unique(a.group[start != end])
+    differ = differ[np.argsort(first[differ], kind="stable")]
+    out, seen = [], set()
+    for i in range(1, n + 1):
+        moved = differ[:round(i * len(differ) / (n + 1))]
+        p = np.where(np.isin(a.group, moved), end, start).astype(np.int64)
+        if len(moved) and p.tobytes() not in seen:
+            seen.add(p.tobytes())
+            out.append(Candidate(f"{name}-{i}of{n + 1}", "blend", p))
+    return out
+
+
 def _search_samples(graph, cluster, n, iterations, warm_start, seed, progress) -> list[Candidate]:
     from trinity.rl.search import Search, SearchConfig
 
@@ -152,6 +173,10 @@ def error_summary(table: pd.DataFrame) -> dict:
         "held_out_split_step_error_median": q(held_out_split["step_error"].abs(), 0.5),
         "held_out_split_step_error_p90": q(held_out_split["step_error"].abs(), 0.9),
         "held_out_split_rank_correlation": _rank_correlation(held_out_split),
+        "held_out_split_comm_error_median": q(held_out_split["comm_error"].abs(), 0.5),
+        "held_out_split_comm_error_max": q(held_out_split["comm_error"].abs(), 1.0),
+        **_noise(held_out_split, "held_out_split_"),
+        "load_max": float(measured["load_max"].max()) if "load_max" in measured and len(measured) else float("nan"),
         "comm_error_median": q(comm, 0.5),
         "comm_error_p90": q(comm, 0.9),
         "overridden_ops": int(measured["overridden"].sum()) if len(measured) else 0,
@@ -163,6 +188,26 @@ def held_out_split_rows(table: pd.DataFrame) -> pd.Series:
     """What a search is judged by: the strategies the calibration never saw that split the step over
     workers (bool per row; rows measured, with ``calibration_set`` and ``real_crossed_MB``)."""
     return ~table["calibration_set"].astype(bool) & (table["real_crossed_MB"] > 0)
+
+
+def _noise(rows: pd.DataFrame, prefix: str) -> dict:
+    """Is the measurement finer than the differences it ranks? The median spread (interquartile range
+    over median) of the strategies' timed steps; the share of pairs of strategies whose interquartile
+    ranges do not overlap (pairs the measurement orders), and the share of those the simulator orders
+    the same way (NaN where no pair is resolved or quartiles were not recorded)."""
+    out = {f"{prefix}spread_median": float(rows["real_spread"].median()) if "real_spread" in rows else float("nan"),
+           f"{prefix}resolved_pairs": float("nan"), f"{prefix}resolved_concordance": float("nan")}
+    if len(rows) < 2 or not {"real_q1_ms", "real_q3_ms"} <= set(rows.columns):
+        return out
+    q1, q3 = rows["real_q1_ms"].to_numpy(float), rows["real_q3_ms"].to_numpy(float)
+    real, sim = rows["real_step_ms"].to_numpy(float), rows["sim_step_ms"].to_numpy(float)
+    i, j = np.triu_indices(len(rows), 1)
+    resolved = (q3[i] < q1[j]) | (q3[j] < q1[i])
+    out[f"{prefix}resolved_pairs"] = float(resolved.mean())
+    if resolved.any():
+        same = np.sign(real[i] - real[j]) == np.sign(sim[i] - sim[j])
+        out[f"{prefix}resolved_concordance"] = float(same[resolved].mean())
+    return out
 
 
 def _rank_correlation(rows: pd.DataFrame) -> float:

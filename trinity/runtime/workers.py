@@ -104,6 +104,10 @@ class LocalWorkers(Workers):
             raise WorkerError(f"need at least 1 worker and 1 thread, got {n} and {threads}", field="workers")
         if ports is not None and len(ports) != n:
             raise WorkerError(f"{len(ports)} ports for {n} workers", field="ports")
+        cpus = sorted(os.sched_getaffinity(0))
+        if pin and n * threads > len(cpus):  # pinned workers would share cores and time each other
+            raise WorkerError(f"{n} workers x {threads} threads need {n * threads} cores, this process may use "
+                              f"{len(cpus)}", field="workers")
         ports = ports or [free_port() for _ in range(n)]
         for p in ports:
             if port_open("localhost", p, timeout=0.5):
@@ -115,7 +119,6 @@ class LocalWorkers(Workers):
         # memory (the default CPU allocator reports 0 on some builds and CPUs), as a GPU's BFC does.
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
                "TF_CPU_ALLOCATOR_USE_BFC": "true"}
-        cpus = sorted(os.sched_getaffinity(0))
         try:
             for task in range(n):
                 # Pinned to its own cores (round robin) so workers do not trade places mid-step.

@@ -20,6 +20,15 @@ and `fast.py` the compiled one the search uses):
 * Ties: completions are handled in time order, and at equal times in the
   order they started; after each completion every idle device (in device
   order) starts its next op, then every idle sender its next tensor.
+* Co-running processors (a cluster's ``corun_slowdown`` c > 0: workers that
+  share one machine's caches and memory bandwidth): while k processors are
+  busy (with ops or the CPU share of transfers), each progresses at
+  1 / (1 + c (k - 1)) of its speed, so a running item's end moves whenever k
+  changes; an op's end is when its work is done. ``busy_us`` stays the
+  uncontended work.
+* Step synchronisation (a cluster's ``step_sync_us`` s): a placement that
+  uses m devices ends s (m - 1) after its last op (the master's step
+  protocol with each extra worker); op times are unchanged.
 * Memory per device = persistent bytes of its ops + the peak over time of
   live buffers, each live over [alloc, free): an op's scratch bytes while it
   runs; its outputs from its start until the last local reader ends and

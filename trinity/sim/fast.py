@@ -58,7 +58,7 @@ class Simulator:
             a.out_ptr, a.dst[a.out_edges], out_tensor, by_tensor,
             a.in_ptr, a.src[a.in_edges], a.edge_tensor[a.in_edges], out_position[a.in_edges],
             np.ascontiguousarray(cluster.bandwidth), np.ascontiguousarray(cluster.latency),
-            float(cluster.send_cpu_share),
+            float(cluster.send_cpu_share), float(cluster.corun_slowdown), float(cluster.step_sync_us),
         )
         self._memory = cluster.memory.astype(np.float64)
 
@@ -123,7 +123,7 @@ def _sort_members(members):
 @numba.njit(cache=True, error_model="numpy", nogil=True)  # nogil: a batch simulates on several threads
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
               temporary, indegree, out_ptr, out_dst, out_tensor, by_tensor, in_ptr, in_src, in_tensor, in_position, bandwidth,
-              latency, cpu_share):
+              latency, cpu_share, corun, sync_us):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
@@ -198,6 +198,13 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     n_heap = 0
     seq = 0
 
+    # Co-running processors (corun > 0): each busy processor's item has `left` microseconds of its
+    # own (uncontended) work left; with k processors busy every item runs `stretch` = 1 + corun (k - 1)
+    # times slower, so its completion moves whenever k changes.
+    left = np.zeros(n_dev)
+    n_busy = 0
+    stretch = 1.0
+
     live = np.zeros(n_dev)
     peak = np.zeros(n_dev)
     busy = np.zeros(n_dev)
@@ -237,15 +244,16 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     live[x_dst[x]] += nbytes
                     _mark(grown_flag, grown, x_dst[x])
                     slot_item[d] = v
-                    slot_time[d] = now + cpu_share * (latency[d, x_dst[x]] + nbytes / bandwidth[d, x_dst[x]])
+                    left[d] = cpu_share * (latency[d, x_dst[x]] + nbytes / bandwidth[d, x_dst[x]])
                 else:
                     start[v] = now
-                    end[v] = now + duration[v]
                     busy[d] += duration[v]
                     live[d] += temporary[v] + output_total[v]
                     _mark(grown_flag, grown, d)
                     slot_item[d] = v
-                    slot_time[d] = end[v]
+                    left[d] = duration[v]
+                slot_time[d] = now + left[d] * stretch
+                n_busy += 1
                 slot_seq[d] = seq
                 seq += 1
                 if use_heap:
@@ -274,6 +282,18 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 if use_heap:
                     n_heap = heap_push(heap, n_heap, slot_time, slot_seq, s)
         send[0] = 0
+        if corun > 0.0:  # the number of busy processors changed: every running item's end moves
+            new_stretch = 1.0 + corun * (max(n_busy, 1) - 1)
+            if new_stretch != stretch:
+                stretch = new_stretch
+                for d in range(n_dev):
+                    if slot_item[d] >= 0:
+                        slot_time[d] = now + left[d] * stretch
+                if use_heap:
+                    n_heap = 0
+                    for s in range(2 * n_dev):
+                        if slot_item[s] >= 0:
+                            n_heap = heap_push(heap, n_heap, slot_time, slot_seq, s)
 
         # Next completion: earliest time, then earliest started.
         if use_heap:
@@ -301,11 +321,17 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 if live[d] > peak[d]:
                     peak[d] = live[d]
             grown[0] = 0
+            if corun > 0.0:
+                for d in range(n_dev):
+                    if slot_item[d] >= 0:
+                        left[d] -= (slot_time[best] - now) / stretch
             now = slot_time[best]
         item = slot_item[best]
         slot_item[best] = -1
         slot_time[best] = np.inf
         slot_seq[best] = idle
+        if best < n_dev:
+            n_busy -= 1
 
         if best < n_dev and item >= n:  # the CPU share of transfer `item - n` is done: to the wire
             _mark(compute_flag, compute, best)
@@ -314,6 +340,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
         elif best < n_dev:  # op `item` finished on device `best`
             u = item
             du = best
+            end[u] = now
             _mark(compute_flag, compute, du)
             live[du] -= temporary[u]
             for t in range(tensor_offset[u], tensor_offset[u + 1]):
@@ -382,4 +409,9 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     for i in range(n):
         if end[i] > step:
             step = end[i]
+    if sync_us > 0.0:  # a step over k devices waits k - 1 extra rounds of the master's step protocol
+        used = np.zeros(n_dev, np.bool_)
+        for i in range(n):
+            used[dev[i]] = True
+        step += sync_us * (used.sum() - 1)
     return step, busy, sent, recv, peak, start, end, n_x, x_tensor, x_src, x_dst, x_start, x_end

@@ -36,13 +36,29 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
     sending = [False] * n_dev
     transfers: dict[tuple[int, int, int], dict] = {}  # (producer, output, destination) -> transfer
     start, end = [0.0] * graph.n_ops, [0.0] * graph.n_ops
-    events: list = []  # (time, sequence, kind, payload)
+    events: list = []  # (time, sequence, version, kind, payload)
     seq = 0
     now = 0.0
+    # Co-running processors: what each busy processor runs (its event's sequence, kind, payload), its
+    # uncontended work left, and the version of its pending event (a moved completion makes the old stale).
+    corun = cluster.corun_slowdown
+    running: dict[int, tuple] = {}
+    left = [0.0] * n_dev
+    version = [0] * n_dev
+    stretch = 1.0
 
     def push(t, kind, payload):
         nonlocal seq
-        heapq.heappush(events, (t, seq, kind, payload))
+        heapq.heappush(events, (t, seq, 0, kind, payload))
+        seq += 1
+
+    def run_on(d, work, kind, payload):
+        """Processor ``d`` takes ``work`` microseconds of uncontended work."""
+        nonlocal seq
+        left[d] = work
+        version[d] += 1
+        running[d] = (seq, kind, payload)
+        heapq.heappush(events, (now + work * stretch, seq, version[d], kind, payload))
         seq += 1
 
     def one_input_arrived(v):
@@ -53,17 +69,17 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
     share = cluster.send_cpu_share
 
     def dispatch():
+        nonlocal stretch
         for d in range(n_dev):
             if not computing[d] and ready[d]:
                 v = ready[d].popleft()
                 computing[d] = True
                 if isinstance(v, dict):  # the sender's CPU share of transfer v
                     v["start"] = now
-                    push(now + share * cluster.transfer_us(d, v["dst"], v["bytes"]), "serialised", v)
+                    run_on(d, share * cluster.transfer_us(d, v["dst"], v["bytes"]), "serialised", v)
                     continue
                 start[v] = now
-                end[v] = now + duration[v]
-                push(end[v], "op", v)
+                run_on(d, duration[v], "op", v)
         for d in range(n_dev):
             if not sending[d] and outbox[d]:
                 x = outbox[d].popleft()
@@ -72,15 +88,31 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
                     x["start"] = now
                 x["end"] = now + (1 - share) * cluster.transfer_us(d, x["dst"], x["bytes"])
                 push(x["end"], "transfer", x)
+        new_stretch = 1.0 + corun * (max(len(running), 1) - 1)
+        if corun > 0 and new_stretch != stretch:  # every running item's completion moves
+            stretch = new_stretch
+            for d, (sq, kind, payload) in running.items():
+                version[d] += 1
+                heapq.heappush(events, (now + left[d] * stretch, sq, version[d], kind, payload))
 
     for v in range(graph.n_ops):
         if waiting[v] == 0:
             ready[dev[v]].append(v)
     dispatch()
     while events:
-        now, _, kind, payload = heapq.heappop(events)
+        t, _, ver, kind, payload = heapq.heappop(events)
+        d = dev[payload] if kind == "op" else payload["src"]
+        if kind != "transfer" and ver != version[d]:
+            continue  # a completion that moved
+        if corun > 0:
+            for r in running:
+                left[r] -= (t - now) / stretch
+        now = t
+        if kind != "transfer":
+            del running[d]
         if kind == "op":
             u = payload
+            end[u] = now
             computing[dev[u]] = False
             for v, k in out_edges[u]:
                 if k is None or dev[v] == dev[u]:
@@ -141,8 +173,10 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
     memory = persistent + peak
     trace = [(x["producer"], x["output"], x["src"], x["dst"], x["bytes"], x["start"], x["end"])
              for x in sorted(transfers.values(), key=lambda x: (x["start"], x["src"], x["producer"], x["output"], x["dst"]))]
+    # The master's step protocol: one more round per extra device the step uses.
+    sync = cluster.step_sync_us * (len(set(dev)) - 1) if dev else 0.0
     return SimResult(
-        step_time_us=max(end, default=0.0),
+        step_time_us=max(end, default=0.0) + sync,
         busy_us=busy, sent_bytes=sent, received_bytes=received, peak_memory_bytes=memory,
         out_of_memory=memory > cluster.memory, lower_bound_us=lower_bound(graph, times, n_dev),
         op_start=np.array(start), op_end=np.array(end), placement=np.asarray(dev, np.int64),

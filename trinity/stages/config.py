@@ -86,6 +86,10 @@ def check_run(cfg: DictConfig) -> None:
             if name not in cfg[table]:
                 raise TrinityError(f"unknown {table[:-1]} {name!r}; choose from {', '.join(cfg[table])}",
                                    field=f"run.{key}")
+    for name in run.get("validate") or []:
+        if name not in (run.get("graphs") or []):
+            raise TrinityError(f"{name!r} is validated but never exported and profiled: add it to run.graphs",
+                               field="run.validate")
     lists = {"placers": run.get("placers") or [], "searches": run.get("searches") or []}
     for family in ("data_parallel", "pipeline_parallel", "pipeline_parallel_large"):
         if run.get(family):

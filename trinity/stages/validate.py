@@ -3,14 +3,22 @@ simulator to them.
 
 Every strategy the search stage found, every seed, for a cluster with as many devices as there are
 workers (device i runs on worker i) is simulated on the calibrated workers and measured; identical
-placements run once. Then the same strategies run at each of ``validation.batches``, the model
-exported at that batch: its op times are measured on the workers again, while the link and the
-transfer model fitted at the model's own batch are kept, so nothing is fitted at these batches.
+placements run once. A model the search stage did not run on gets strategies of its own instead:
+``validation.placers``, ``validation.search_samples`` strategies sampled along a short Trinity
+search and graded blends between pairs of placers (``validation.blends``), found once at the model's
+own batch on the first calibration. Then the same strategies run at
+each of ``validation.batches``, the model exported at that batch: its op times are measured on the
+workers again, while the link, transfer and shared-machine terms fitted at the model's own batch are
+kept, so nothing is fitted at these batches. All of it runs ``validation.runs`` times, each with fresh
+workers and a calibration from scratch.
 Out (``results/validate/<model>/``): results.csv, summary.json, sim_vs_real.png, the strategies run
-and the calibration; ``batch<b>/`` the same for each extra batch.
+and the calibration; ``batch<b>/`` the same for each extra batch; ``run<r>/`` the same for every run
+after the first.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -54,58 +62,131 @@ def candidates(cfg: DictConfig, model: str, graph, workers: int, *, same_graph: 
     return list(seen.values())
 
 
+def check_validation(cfg: DictConfig, model: str) -> list[int]:
+    """The extra batches to validate ``model`` at, after refusing settings that cannot run: one error
+    naming the field."""
+    v, spec = cfg.validation, cfg.models[model]
+    batches = v.get("batches") or []
+    for i, b in enumerate(batches):
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise TrinityError(f"must be a positive integer batch size, got {b!r}", field=f"validation.batches[{i}]")
+    batches = [int(b) for b in batches if int(b) != spec.batch]
+    if batches and (spec.source or spec.get("synthetic") or spec.batch is None):
+        raise TrinityError(f"model {model!r} is not exported from a builder with a batch size: it cannot "
+                           "be validated at other batches", field="validation.batches")
+    runs = v.get("runs", 1)
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise TrinityError(f"must be a positive integer, got {runs!r}", field="validation.runs")
+    if v.cluster_spec is None:
+        cores = len(os.sched_getaffinity(0))
+        if v.workers * v.threads_per_worker > cores:
+            raise TrinityError(f"{v.workers} workers x {v.threads_per_worker} threads need "
+                               f"{v.workers * v.threads_per_worker} cores, this machine gives {cores}",
+                               field="validation.workers")
+    if model not in cfg.run.models and not (v.get("placers") or v.get("search_samples") or v.get("blends")):
+        raise TrinityError(f"model {model!r} was not searched (not in run.models) and the validation has no "
+                           "strategies of its own for it", field="validation.placers")
+    return batches
+
+
+def own_candidates(cfg: DictConfig, graph, cluster) -> list:
+    """A model the search did not run on: ``validation.placers``, ``validation.search_samples`` and
+    ``validation.blend_steps`` strategies between each pair of placers in ``validation.blends``."""
+    from trinity.placers import place
+    from trinity.runtime.validate import blended_strategies, candidate_strategies
+
+    v = cfg.validation
+    out = candidate_strategies(graph, cluster, placers=list(v.get("placers") or ()),
+                               search_samples=int(v.get("search_samples") or 0), progress=True)
+    for i, pair in enumerate(v.get("blends") or []):
+        if len(pair) != 2:
+            raise TrinityError(f"must be a pair of placers, got {list(pair)}", field=f"validation.blends[{i}]")
+        start, end = (place(str(name), graph, cluster).placement for name in pair)
+        out += blended_strategies(graph, start, end, int(v.get("blend_steps") or 0), name=f"{pair[0]}-to-{pair[1]}")
+    seen, unique = set(), []
+    for c in out:  # identical placements run once
+        if c.placement.tobytes() not in seen:
+            seen.add(c.placement.tobytes())
+            unique.append(c)
+    return unique
+
+
 def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     from trinity.export import read_graph_def
-    from trinity.runtime.calibrate import calibration_for
-    from trinity.runtime.workers import open_workers
 
     path = config.require(config.profiled_file(cfg, job.model), "profile", job.model)
+    batches = check_validation(cfg, job.model)
     graph = load_graph(path)
     graph_def = read_graph_def(path, graph)
-    v, out = cfg.validation, config.validate_dir(cfg, job.model)
-    spec = cfg.models[job.model]
-    batches = [int(b) for b in v.get("batches") or [] if int(b) != spec.batch]
-    if batches and (spec.source or spec.get("synthetic") or spec.batch is None):
-        raise TrinityError(f"model {job.model!r} is not exported from a builder with a batch size: it cannot "
-                           "be validated at other batches", field="validation.batches")
+    out = config.validate_dir(cfg, job.model)
+    own = None  # strategies of the model's own (found on the first run's calibration, kept for every run)
+    runs = {}
+    for r in range(1, int(cfg.validation.get("runs", 1)) + 1):
+        runs[r], own = _one_run(cfg, job, graph, graph_def, batches, out if r == 1 else out / f"run{r}", r, own,
+                                tracker)
+    summary = {**runs[1], "runs": {str(r): s for r, s in runs.items()}}
+    write_json(out / "summary.json", summary)
+    write_json(out.with_name(f"{job.model}.summary.json"), summary)  # DVC's metrics: beside the output folder
+
+
+def _one_run(cfg, job, graph, graph_def, batches, out, r: int, own, tracker) -> tuple[dict, list | None]:
+    """One calibration from scratch on fresh workers, then every strategy at every batch."""
+    from trinity.runtime.calibrate import calibration_for
+    from trinity.runtime.validate import Candidate
+    from trinity.runtime.workers import open_workers
+
+    v, spec = cfg.validation, cfg.models[job.model]
     summaries = {}
     with open_workers(v.workers, v.cluster_spec, threads=v.threads_per_worker) as workers:
-        chosen = candidates(cfg, job.model, graph, workers.n)
-        if not chosen:
+        searched = job.model in cfg.run.models
+        chosen = candidates(cfg, job.model, graph, workers.n) if searched else []
+        if searched and not chosen:
             raise TrinityError(f"no searched strategy for {workers.n} devices: run.clusters has no cluster of "
                                f"{workers.n} devices", field="validation.workers")
         cluster, calibrated, report = calibration_for(graph, graph_def, workers, out / "calibration",
                                                       steps=v.profile_steps, progress=True)
         if report is not None:
-            tracker.log_metrics({"calibration/latency_us": report["link"]["latency_us"],
-                                 "calibration/bandwidth_GBps": report["link"]["bandwidth_GBps"],
-                                 "calibration/send_cpu_share": report["transfer_fit"]["send_cpu_share"]}, step=0)
+            fit, shared = report["transfer_fit"], report["shared_machine"]
+            tracker.log_metrics({f"calibration/run{r}/latency_us": report["link"]["latency_us"],
+                                 f"calibration/run{r}/bandwidth_GBps": report["link"]["bandwidth_GBps"],
+                                 f"calibration/run{r}/send_cpu_share": fit["send_cpu_share"],
+                                 f"calibration/run{r}/latency_scale": fit["latency_scale"],
+                                 f"calibration/run{r}/corun_slowdown": shared["corun_slowdown"],
+                                 f"calibration/run{r}/step_sync_us": shared["step_sync_us"]}, step=0)
+        if not searched:
+            own = own if own is not None else own_candidates(cfg, calibrated, cluster)
+            chosen = [Candidate(c.name, c.source, c.placement.copy()) for c in own]
+        prefix = "" if r == 1 else f"run{r}/"
         summaries[int(spec.batch or 0)] = _measure(cfg, job, calibrated, graph_def, workers, cluster, chosen, out,
-                                                   spec.batch, tracker, artifacts=None)
+                                                   spec.batch, tracker, artifacts=prefix.rstrip("/") or None, run=r)
         for batch in batches:
-            summaries[batch] = _other_batch(cfg, job, batch, workers, cluster, out / f"batch{batch}", tracker)
-    summary = {**summaries[int(spec.batch or 0)], "batches": {str(b): s for b, s in summaries.items()}}
-    write_json(out / "summary.json", summary)
-    write_json(out.with_name(f"{job.model}.summary.json"), summary)  # DVC's metrics: beside the output folder
+            summaries[batch] = _other_batch(cfg, job, batch, workers, cluster, out / f"batch{batch}", tracker,
+                                            graph, own, f"{prefix}batch{batch}", r)
+    return {**summaries[int(spec.batch or 0)], "batches": {str(b): s for b, s in summaries.items()}}, own
 
 
-def _other_batch(cfg, job, batch: int, workers, cluster, out, tracker) -> dict:
-    """The searched strategies at another batch size (see the module doc)."""
+def _other_batch(cfg, job, batch: int, workers, cluster, out, tracker, own_graph, own, artifacts, r) -> dict:
+    """The same strategies at another batch size (see the module doc)."""
     from trinity.export import export_model
     from trinity.runtime.calibrate import calibration_at_batch
+    from trinity.runtime.validate import Candidate
 
     spec = cfg.models[job.model]
     exported = out / "export" / "graph.json.gz"
     graph = export_model(spec.name, exported, batch, **OmegaConf.to_container(spec.options))
     graph_def = (exported.parent / "graph.graphdef.pb").read_bytes()
-    chosen = candidates(cfg, job.model, graph, workers.n, same_graph=False)
+    if own is None:
+        chosen = candidates(cfg, job.model, graph, workers.n, same_graph=False)
+    else:  # the model's own strategies, mapped by op name onto the model at this batch
+        chosen = [Candidate(c.name, c.source, Strategy.from_array(own_graph, cluster, c.placement)
+                            .to_indices(graph, same_graph=False)) for c in own]
     calibrated = calibration_at_batch(graph, graph_def, workers, cluster, out / "calibration",
                                       steps=cfg.validation.profile_steps, progress=True)
     return _measure(cfg, job, calibrated, graph_def, workers, cluster, chosen, out, batch, tracker,
-                    artifacts=f"batch{batch}")
+                    artifacts=artifacts, run=r)
 
 
-def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, tracker, artifacts) -> dict:
+def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, tracker, artifacts, run=1) -> dict:
     """Simulate and measure ``chosen``; results.csv, summary.json and the scatter plot into ``out`` and
     MLflow (under ``artifacts``, a folder, or at the top)."""
     from trinity.plots import plot_sim_vs_real
@@ -115,13 +196,16 @@ def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, t
     table = validate(graph, graph_def, workers, cluster, chosen, out_dir=out, rounds=v.rounds, steps=v.steps,
                      warmup=v.warmup, timeout_s=v.timeout_s, progress=True)
     table.insert(0, "batch", batch)
+    table.insert(1, "run", run)
     table.to_csv(out / "results.csv", index=False)
-    summary = {"batch": batch, **error_summary(table)}
+    summary = {"batch": batch, "run": run, **error_summary(table)}
     write_json(out / "summary.json", summary)
-    tracker.log_metrics({f"validate/b{batch}/{k}": x for k, x in summary.items()
-                         if isinstance(x, (int, float)) and x == x}, step=0)
+    key = f"validate/b{batch}" if run == 1 else f"validate/run{run}/b{batch}"
+    tracker.log_metrics({f"{key}/{k}": x for k, x in summary.items() if isinstance(x, (int, float)) and x == x},
+                        step=0)
     if summary["strategies"]:
-        plot_sim_vs_real(table, out / "sim_vs_real.png", title=f"{graph.name}, batch {batch}, on {workers.n} workers")
+        plot_sim_vs_real(table, out / "sim_vs_real.png",
+                         title=f"{graph.name}, batch {batch}, on {workers.n} workers, run {run}")
         tracker.log_artifact(out / "sim_vs_real.png", artifacts)
     tracker.log_table(table, f"{artifacts}/sim_vs_real.json" if artifacts else "sim_vs_real.json")
     tracker.log_artifact(out / "results.csv", artifacts)
