@@ -54,9 +54,13 @@ class LearnedListOptions:
     clip: float = 0.2
     entropy_coef: float = 0.0
     grad_clip: float = 1.0
-    #: expected uniform decisions per sampled episode (each decision is uniform over its candidates with
-    #: probability explore / decisions of m-ETF's episode): the few other choices a sure policy still tries
+    #: expected decisions per sampled episode off the policy's most likely choice: the sampling temperature
+    #: (never below 1) is set after the imitation (bisection) and nudged after every update to keep it there,
+    #: so a policy that imitation made sure of itself still tries a few other choices
     explore: float = 4.0
+    #: expected uniform decisions per episode (each decision uniform over its candidates with probability
+    #: uniform / decisions): exploration the policy cannot train away
+    uniform: float = 0.0
     #: start from a policy file; "default" = the committed one; None = fresh weights (uniform choices)
     pretrained: str | None = None
 
@@ -71,6 +75,7 @@ class LearnedListOptions:
         check_range("learned-list", "entropy_coef", self.entropy_coef, 0, 10.0)
         check_range("learned-list", "grad_clip", self.grad_clip, 0, low_open=True)
         check_range("learned-list", "explore", self.explore, 0, 1e6)
+        check_range("learned-list", "uniform", self.uniform, 0, 1e6)
         if self.select not in ("learned", "etf"):
             raise TrinityError(f"must be 'learned' or 'etf', got {self.select!r}", field="select")
 
@@ -187,9 +192,19 @@ class Decisions:
                    torch.from_numpy(np.concatenate(feats).astype(np.float32)).reshape(-1, k),
                    cat(taken, np.bool_), cat(episodes, np.int64), offset)
 
-    def log_probs(self, coef: torch.Tensor, explore: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    def off_argmax(self, coef: torch.Tensor, temperature: float) -> float:
+        """Expected number of decisions that take a candidate other than the most likely one, when each
+        samples from softmax(logits / temperature)."""
+        if self.n == 0:
+            return 0.0
+        logits = (self.features * coef[self.op]).sum(1)
+        top = torch.full((self.n,), -torch.inf).scatter_reduce(0, self.segment, logits, "amax")
+        z = torch.zeros(self.n).index_add(0, self.segment, ((logits - top[self.segment]) / temperature).exp())
+        return float((1.0 - 1.0 / z).sum())
+
+    def log_probs(self, coef: torch.Tensor, uniform: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
         """(log-probability of each decision's taken candidate, each decision's entropy) under ``coef``,
-        a decision being uniform over its candidates with probability ``explore``."""
+        a decision being uniform over its candidates with probability ``uniform``."""
         if self.n == 0:
             return coef.new_zeros(0), coef.new_zeros(0)
         logits = (self.features * coef[self.op]).sum(1)
@@ -198,9 +213,9 @@ class Decisions:
         logp = logits - (top + z.log())[self.segment]
         entropy = torch.zeros(self.n).index_add(0, self.segment, -logp.exp() * logp)
         taken = logp[self.taken]
-        if explore > 0:
+        if uniform > 0:
             count = torch.zeros(self.n).index_add(0, self.segment, torch.ones_like(logits))
-            taken = torch.logaddexp(taken + np.log1p(-explore), np.log(explore) - count.log())
+            taken = torch.logaddexp(taken + np.log1p(-uniform), np.log(uniform) - count.log())
         return taken, entropy
 
 
@@ -209,32 +224,61 @@ class Rollout:
     select: Decisions
     place: Decisions
     logp_old: torch.Tensor | None = None
-    explore: float = 0.0  #: the probability of a uniform decision the episodes were sampled with
+    uniform: float = 0.0  #: the probability of a uniform decision the episodes were sampled with
+    temperature: float = 1.0  #: the logits' divisor the episodes were sampled with
     orders: np.ndarray | None = None  # int64[B, N] the decode order of each episode
+    placement: np.ndarray | None = None  # int64[N] the first episode's placement
 
 
 def run_episodes(graph: ListGraph, cs: np.ndarray, cp: np.ndarray, mode: int, seeds, *, learn_select: bool,
-                 target: np.ndarray | None = None, explore: float = 0.0) -> tuple[np.ndarray, Rollout]:
+                 target: np.ndarray | None = None, uniform: float = 0.0,
+                 temperature: float = 1.0) -> tuple[np.ndarray, Rollout]:
     """Decode one episode per seed (``mode``: list_decoder.SAMPLE, GREEDY or TEACHER)."""
     target = np.zeros(0, np.int64) if target is None else np.asarray(target, np.int64)
-    cs, cp = np.ascontiguousarray(cs, np.float64), np.ascontiguousarray(cp, np.float64)
+    cs = np.ascontiguousarray(cs, np.float64) / temperature
+    cp = np.ascontiguousarray(cp, np.float64) / temperature
     placements, orders, sel, plc = [], [], [], []
     for seed in seeds:
-        out = dec.decode(*graph.decode_args, cs, cp, mode, learn_select, target, int(seed), graph.scale, explore)
+        out = dec.decode(*graph.decode_args, cs, cp, mode, learn_select, target, int(seed), graph.scale, uniform)
         placements.append(out[0]), orders.append(out[1])
         sel.append(out[2:4] + out[4:6])
         plc.append((out[6], out[7], out[9], out[10]))
     return np.stack(placements), Rollout(Decisions.gather(sel), Decisions.gather(plc), orders=np.stack(orders),
-                                         explore=explore if mode == dec.SAMPLE else 0.0)
+                                         placement=placements[0],
+                                         uniform=uniform if mode == dec.SAMPLE else 0.0, temperature=temperature)
 
 
 def rollout_log_probs(rollout: Rollout, cs: torch.Tensor, cp: torch.Tensor, batch: int):
-    """(log-probability of every decision [select then place], each decision's episode, mean entropy)."""
-    ls, es = rollout.select.log_probs(cs, rollout.explore)
-    lp, ep = rollout.place.log_probs(cp, rollout.explore)
+    """(log-probability of every decision [select then place], each decision's episode, mean entropy),
+    under the rollout's temperature."""
+    ls, es = rollout.select.log_probs(cs / rollout.temperature, rollout.uniform)
+    lp, ep = rollout.place.log_probs(cp / rollout.temperature, rollout.uniform)
     logp = torch.cat([ls, lp])
     entropy = torch.cat([es, ep]).mean() if len(logp) else cs.new_zeros(())
     return logp, torch.cat([rollout.select.episode, rollout.place.episode]), entropy
+
+
+def imitation_nll(teacher: Rollout, cs: torch.Tensor, cp: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood of the teacher's choices."""
+    logp, _, _ = rollout_log_probs(teacher, cs, cp, 1)
+    return -logp.mean() if len(logp) else cs.sum() * 0.0
+
+
+def calibrated_temperature(rollout: Rollout, cs: torch.Tensor, cp: torch.Tensor, episodes: int, explore: float,
+                           *, steps: int = 12, highest: float = 1e4) -> float:
+    """The temperature (>= 1: it never sharpens the policy) at which an episode like ``rollout``'s is
+    expected to take ``explore`` decisions other than the most likely one (bisection on its log)."""
+    with torch.no_grad():
+        def off(t: float) -> float:
+            return (rollout.select.off_argmax(cs, t) + rollout.place.off_argmax(cp, t)) / episodes
+
+        if off(1.0) >= explore:
+            return 1.0
+        lo, hi = 0.0, float(np.log(highest))
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if off(float(np.exp(mid))) < explore else (lo, mid)
+        return float(np.exp(hi))
 
 
 # ----------------------------------------------------------------------------- policy files
@@ -316,8 +360,12 @@ class LearnedListAgent(Agent):
             self.policy.load_state_dict(doc["state"])
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=options.lr, foreach=True)
         self._teacher: dict[bytes, Rollout] = {}
-        etf = self.teacher(None)
-        self.epsilon = min(0.5, options.explore / max(etf.select.n + etf.place.n, 1))
+        decisions = max(self.teacher(None).select.n + self.teacher(None).place.n, 1)
+        self.epsilon = min(0.5, options.uniform / decisions)
+        self.temperature = 1.0
+        self._imitated: Rollout | None = None
+        if doc is not None:
+            self._calibrate(self.teacher(None), 1)
 
     @property
     def learn_select(self) -> bool:
@@ -334,7 +382,8 @@ class LearnedListAgent(Agent):
         with torch.no_grad():
             cs, cp = self.coefficients()
             placements, rollout = run_episodes(self.graph, cs.numpy(), cp.numpy(), dec.SAMPLE, seeds,
-                                               learn_select=self.learn_select, explore=self.epsilon)
+                                               learn_select=self.learn_select, uniform=self.epsilon,
+                                               temperature=self.temperature)
             rollout.logp_old = rollout_log_probs(rollout, cs, cp, batch)[0]
         return Samples(placements, rollout)
 
@@ -359,8 +408,28 @@ class LearnedListAgent(Agent):
             total.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), o.grad_clip)
             self.optimizer.step()
+        self._adjust(rollout, len(rewards))
         return {"losses/policy_loss": float(loss.detach()), "losses/entropy": float(entropy.detach()),
-                "losses/grad_norm": float(grad_norm), **{f"losses/{k}": v for k, v in stats.items()}}
+                "losses/grad_norm": float(grad_norm), "charts/temperature": self.temperature,
+                **{f"losses/{k}": v for k, v in stats.items()}}
+
+    def _calibrate(self, rollout: Rollout, episodes: int) -> None:
+        with torch.no_grad():
+            cs, cp = self.coefficients()
+        self.temperature = calibrated_temperature(rollout, cs, cp, episodes, self.options.explore)
+
+    def _adjust(self, rollout: Rollout, episodes: int) -> None:
+        """One multiplicative step of the temperature towards ``explore`` decisions off the most likely
+        choice per episode, judged on the batch just learned from (cheaper than `_calibrate`'s bisection)."""
+        with torch.no_grad():
+            cs, cp = self.coefficients()
+            off = (rollout.select.off_argmax(cs, self.temperature) + rollout.place.off_argmax(cp, self.temperature))
+        ratio = (self.options.explore + 0.5) / (off / episodes + 0.5)
+        self.temperature = float(np.clip(self.temperature * ratio ** 0.5, 1.0, 1e4))
+
+    def imitation_done(self) -> None:
+        if self._imitated is not None:
+            self._calibrate(self._imitated, 1)
 
     def teacher(self, unit_device: np.ndarray | None) -> Rollout:
         """The trajectory that imitation follows: m-ETF's select order, ``unit_device``'s devices
@@ -372,17 +441,20 @@ class LearnedListAgent(Agent):
                                                  dec.TEACHER, [0], learn_select=self.learn_select, target=unit_device)
         return self._teacher[key]
 
-    def imitation_loss(self, unit_device: np.ndarray) -> torch.Tensor:
+    def imitation_loss(self, unit_device: np.ndarray | None) -> torch.Tensor:
+        """(None: m-ETF's own devices.)"""
         cs, cp = self.coefficients()
-        logp, _, _ = rollout_log_probs(self.teacher(unit_device), cs, cp, 1)
-        return -logp.mean() if len(logp) else cs.sum() * 0.0
+        self._imitated = self.teacher(unit_device)
+        return imitation_nll(self._imitated, cs, cp)
 
     def parameters(self):
         return self.policy.parameters()
 
     def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict()}
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "temperature": self.temperature}
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.temperature = state["temperature"]

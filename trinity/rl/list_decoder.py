@@ -25,9 +25,9 @@ earliest finish, and a constant 1 (so the op's coefficient is a static priority)
 busy time against the mean (-log of the ratio), and its free memory share. s is the graph's mean
 op time.
 
-Modes: sample (Gumbel-max with a seed; with probability ``explore`` a decision is uniform over its
-candidates instead, so a policy that has become sure of itself still tries a few other choices), greedy (argmax; ties to the lower topological position
-and the lower device, as m-ETF's), and teacher (every choice m-ETF's, or a given unit -> device
+Modes: sample (Gumbel-max with a seed; with probability ``uniform`` a decision is uniform over its
+candidates instead), greedy (argmax; ties to the lower topological position and the lower device, as
+m-ETF's), and teacher (every choice m-ETF's, or a given unit -> device
 map's for the place choice): the imitation's trajectories.
 """
 
@@ -97,7 +97,7 @@ def _grow(a, need):
 @numba.njit(cache=True)
 def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, tensor_offset, n_tensors, group,
            group_bytes, memory, latency, bandwidth, cs, cp, mode, learn_select, target_group_device, seed, scale,
-           explore):
+           uniform):
     """One episode. Returns (placement, order, select records, place records); a record set is
     (decision id per candidate, op, device (place only), features, taken flag)."""
     n, n_dev = times.shape
@@ -186,7 +186,7 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
             s_feat = _grow(s_feat, n_s + n_ready)
             s_taken = _grow(s_taken, n_s + n_ready)
             best = -np.inf
-            uniform = mode == SAMPLE and np.random.random() < explore
+            pick_uniform = mode == SAMPLE and np.random.random() < uniform
             for i in range(n_ready):
                 j = ready[i]
                 r = n_s + i
@@ -201,7 +201,7 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
                     x += cs[j, k] * s_feat[r, k]
                 logit[i] = x
                 if mode == SAMPLE:
-                    x = np.random.random() if uniform else x + np.random.gumbel(0.0, 1.0)
+                    x = np.random.random() if pick_uniform else x + np.random.gumbel(0.0, 1.0)
                 if mode != TEACHER and (x > best or (x == best and pos[j] < pos[ready[pick]])):
                     best = x
                     pick = i
@@ -229,7 +229,7 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
             p_taken = _grow(p_taken, n_p + n_dev)
             mean_busy = busy.mean()
             best = -np.inf
-            uniform = mode == SAMPLE and np.random.random() < explore
+            pick_uniform = mode == SAMPLE and np.random.random() < uniform
             r0 = n_p
             for dd in range(n_dev):
                 if e[dd] == np.inf:
@@ -249,7 +249,7 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
                     x += cp[j, k] * p_feat[r, k]
                 plogit[dd] = x
                 if mode == SAMPLE:
-                    x = np.random.random() if uniform else x + np.random.gumbel(0.0, 1.0)
+                    x = np.random.random() if pick_uniform else x + np.random.gumbel(0.0, 1.0)
                 if mode != TEACHER and x > best:
                     best = x
                     d = dd
