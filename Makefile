@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation search-variety validate clean
+	search-table ablation search-variety learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -90,6 +90,15 @@ ablation: $(STAMP)  ## Trinity from scratch, change by change, 2 seeds on 3 case
 
 search-variety: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (~30 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv
+
+learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot policy on the project's synthetic graphs (~10 min)
+	$(PY) benchmarks/learned_list_train.py --out trinity/rl/pretrained/learned-list.pt
+
+learned-list-table: $(STAMP)  ## learned-list on held-out graphs: zero-shot and fine-tuned vs m-ETF; search and ablation vs annealing (~1.5 h)
+	$(PY) benchmarks/learned_list_generalise.py $(wildcard data/inception_v3/profile/graph.json.gz) $(REFERENCE_GNMT) \
+		--csv reports/learned_list_generalisation.csv
+	$(PY) benchmarks/learned_list_generalise.py --only 0 3 $(REFERENCE_GNMT) --clusters p100x4 --full --ablation \
+		--iterations 50 --csv reports/learned_list_search.csv
 
 VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin
 

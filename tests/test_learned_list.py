@@ -119,7 +119,8 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     (tmp_path / "junk.pt").write_bytes(b"not a policy")
     cases = [
         (["place", str(tmp_path / "none.json.gz"), "--placer", "learned-list"], "none.json.gz"),
-        (["place", str(path), "--placer", "learned-list", "--policy", str(tmp_path / "no.pt")], "policy file not found"),
+        (["place", str(path), "--placer", "learned-list", "--policy", str(tmp_path / "no.pt")],
+         "policy file not found"),
         (["place", str(path), "--placer", "learned-list", "--policy", str(tmp_path / "junk.pt")], "not a learned-list"),
         (["place", str(path), "--cluster", "p100x2", "--placer", "learned-list", "--policy", str(wide)],
          "feature_width"),

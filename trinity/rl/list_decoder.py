@@ -17,7 +17,9 @@ so the decode runs compiled, with no network call per step. It records, per deci
 candidate's features and which one was taken: the update recomputes the log-probabilities from
 them under the current coefficients (one vectorised pass, `decision_log_probs`).
 
-Select features (SELECT_FEATURES): 1 if m-ETF would take this op now (earliest start, then
+The select candidates are the ``candidates`` ready ops m-ETF would take first (earliest start, then
+topological position): a wide graph has hundreds ready at once, most of them no choice worth
+recording. Select features (SELECT_FEATURES): 1 if m-ETF would take this op now (earliest start, then
 topological position), -log(1 + (its earliest start - the earliest of all) / s), the same for its
 earliest finish, and a constant 1 (so the op's coefficient is a static priority). Place features
 (PLACE_FEATURES): 1 if m-ETF's device (earliest start, then lower index), -log(1 + start gap / s),
@@ -85,6 +87,11 @@ def _starts(j, in_ptr, in_src, in_tensor, in_bytes, placement, finish, sender_fr
 
 
 @numba.njit(cache=True)
+def _before(t, p, t2, p2):
+    return t < t2 or (t == t2 and p < p2)
+
+
+@numba.njit(cache=True)
 def _grow(a, need):
     if need <= a.shape[0]:
         return a
@@ -97,7 +104,7 @@ def _grow(a, need):
 @numba.njit(cache=True)
 def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, tensor_offset, n_tensors, group,
            group_bytes, memory, latency, bandwidth, cs, cp, mode, learn_select, target_group_device, seed, scale,
-           uniform):
+           uniform, candidates):
     """One episode. Returns (placement, order, select records, place records); a record set is
     (decision id per candidate, op, device (place only), features, taken flag)."""
     n, n_dev = times.shape
@@ -147,8 +154,7 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
         for k in range(in_ptr[j], in_ptr[j + 1]):
             if in_tensor[k] >= 0:
                 in_total[j] += in_bytes[k]
-    logit = np.empty(n)
-    plogit = np.empty(n_dev)
+    cand = np.empty(n, np.int64)
 
     for step in range(n):
         # every ready op's start on every device
@@ -181,15 +187,34 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
         # select
         pick = etf
         if learn_select and n_ready > 1:
-            s_dec = _grow(s_dec, n_s + n_ready)
-            s_op = _grow(s_op, n_s + n_ready)
-            s_feat = _grow(s_feat, n_s + n_ready)
-            s_taken = _grow(s_taken, n_s + n_ready)
+            # the candidates: the `candidates` ready ops m-ETF would take first (all when <= 0)
+            n_c = n_ready if candidates <= 0 or n_ready <= candidates else candidates
+            if n_c == n_ready:
+                for i in range(n_ready):
+                    cand[i] = i
+            else:
+                m = 0
+                for i in range(n_ready):  # insertion into the n_c earliest (start, position)
+                    if m == n_c:
+                        last = cand[m - 1]
+                        if not _before(est_min[i], pos[ready[i]], est_min[last], pos[ready[last]]):
+                            continue
+                    k = m if m < n_c else n_c - 1
+                    while k > 0 and _before(est_min[i], pos[ready[i]], est_min[cand[k - 1]], pos[ready[cand[k - 1]]]):
+                        cand[k] = cand[k - 1]
+                        k -= 1
+                    cand[k] = i
+                    m = min(m + 1, n_c)
+            s_dec = _grow(s_dec, n_s + n_c)
+            s_op = _grow(s_op, n_s + n_c)
+            s_feat = _grow(s_feat, n_s + n_c)
+            s_taken = _grow(s_taken, n_s + n_c)
             best = -np.inf
             pick_uniform = mode == SAMPLE and np.random.random() < uniform
-            for i in range(n_ready):
+            for c in range(n_c):
+                i = cand[c]
                 j = ready[i]
-                r = n_s + i
+                r = n_s + c
                 s_dec[r] = step
                 s_op[r] = j
                 s_feat[r, 0] = 1.0 if i == etf else 0.0
@@ -199,15 +224,14 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
                 x = 0.0
                 for k in range(cs.shape[1]):
                     x += cs[j, k] * s_feat[r, k]
-                logit[i] = x
                 if mode == SAMPLE:
                     x = np.random.random() if pick_uniform else x + np.random.gumbel(0.0, 1.0)
                 if mode != TEACHER and (x > best or (x == best and pos[j] < pos[ready[pick]])):
                     best = x
                     pick = i
-            for i in range(n_ready):
-                s_taken[n_s + i] = i == pick
-            n_s += n_ready
+            for c in range(n_c):
+                s_taken[n_s + c] = cand[c] == pick
+            n_s += n_c
         j = ready[pick]
         # place
         g = group[j]
@@ -247,7 +271,6 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
                 x = 0.0
                 for k in range(cp.shape[1]):
                     x += cp[j, k] * p_feat[r, k]
-                plogit[dd] = x
                 if mode == SAMPLE:
                     x = np.random.random() if pick_uniform else x + np.random.gumbel(0.0, 1.0)
                 if mode != TEACHER and x > best:
