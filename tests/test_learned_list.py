@@ -48,6 +48,11 @@ def test_sampled_episodes_place_every_op_in_a_dependency_order_with_groups_whole
         for grp in np.unique(arr.group):
             assert len(set(p[arr.group == grp])) == 1
     assert len({tuple(p) for p in samples.placements}) > 1  # they differ
+    # the select policy chooses among the `candidates` ready ops m-ETF would take first; m-ETF's own is one
+    few = agent(g, c, candidates=2)
+    per_decision = np.bincount(few.sample(2, torch.Generator().manual_seed(1), 0).data.select.segment.numpy())
+    assert per_decision.max() == 2 and np.bincount(a.teacher(None).select.segment.numpy()).max() > 2
+    assert np.array_equal(few.teacher(None).placement, place("m-etf", g, c).placement)
 
 
 @pytest.mark.parametrize("cluster", ["p100x2", "p100x4"])
