@@ -97,7 +97,7 @@ learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot p
 learned-list-table: $(STAMP)  ## learned-list on held-out graphs: zero-shot and fine-tuned vs m-ETF; search and ablation vs annealing (~1.5 h)
 	$(PY) benchmarks/learned_list_generalise.py $(wildcard data/inception_v3/profile/graph.json.gz) $(REFERENCE_GNMT) \
 		--csv reports/learned_list_generalisation.csv
-	$(PY) benchmarks/learned_list_generalise.py --only 0 3 $(REFERENCE_GNMT) --clusters p100x4 --full --ablation \
+	$(PY) benchmarks/learned_list_generalise.py --only 0,3 $(REFERENCE_GNMT) --clusters p100x4 --full --ablation \
 		--iterations 50 --csv reports/learned_list_search.csv
 
 VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin

@@ -75,11 +75,11 @@ def search(graph, cluster, seed: int, settings: dict):
 
 
 def annealed_at(graph, cluster, start, seed: int, wall: float, sim) -> float:
-    """Annealing's best step time (us) within ``wall`` seconds, from ``start``."""
-    t0 = time.perf_counter()
-    sim.simulate(start, check=False)
-    per_call = max(time.perf_counter() - t0, 1e-5)
-    sa = anneal(graph, cluster, start, budget=max(1000, int(2 * wall / per_call)), seed=seed, simulator=sim)
+    """Annealing's best step time (us) within ``wall`` seconds, from ``start``: its budget of simulator
+    calls is what fits in ``wall`` at the cost per call of a 200-call probe, so it cools within it."""
+    probe = anneal(graph, cluster, start, budget=200, seed=seed, simulator=sim)
+    budget = max(200, int(wall * probe.calls / max(probe.seconds, 1e-9)))
+    sa = anneal(graph, cluster, start, budget=budget, seed=seed, simulator=sim)
     within = [step for _, sec, step, _ in sa.curve if sec <= wall]
     return min(within) if within else sa.curve[0][2]
 
@@ -89,21 +89,25 @@ def main() -> None:
     parser.add_argument("graphs", nargs="*", help="more held-out graph files")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--clusters", nargs="+", default=["p100x2", "p100x4"])
-    parser.add_argument("--only", nargs="*", help="held-out synthetic graphs to run (by index), default all")
+    parser.add_argument("--only", help="held-out synthetic graphs to run, by index (e.g. 0,3); default all")
     parser.add_argument("--full", action="store_true", help="also the search at the default budget vs annealing")
     parser.add_argument("--ablation", action="store_true", help="also imitation-only, rl-only, select-etf")
     parser.add_argument("--iterations", type=int, default=SEARCH["iterations"],
                         help="the budget of `search` and the ablation's runs (default: the default experiment's)")
     parser.add_argument("--csv", default="reports/learned_list_generalisation.csv")
+    parser.add_argument("--resume", action="store_true", help="keep --csv's rows and skip the cases it has")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    held = [h for i, h in enumerate(HELD_OUT) if args.only is None or str(i) in args.only]
+    held = [h for i, h in enumerate(HELD_OUT) if args.only is None or str(i) in args.only.split(",")]
     graphs = [(name, make) for name, make in held] + [(f, (lambda f=f: load_graph(f))) for f in args.graphs]
-    rows = []
+    rows = pd.read_csv(args.csv).to_dict("records") if args.resume and Path(args.csv).exists() else []
+    done = {r["case"] for r in rows}
     for name, make in graphs:
         graph = make()
         for cluster in map(load_cluster, args.clusters):
             case = f"{name} ({graph.n_ops} ops) {cluster.name}"
+            if case in done:
+                continue
             if graph.group_static_memory().sum() > cluster.memory.sum():
                 print(f"{case}: skipped, the cluster cannot hold the graph's weights")
                 continue
