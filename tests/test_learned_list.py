@@ -153,3 +153,22 @@ def test_search_end_to_end(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "learned-list on layered80" in printed and (out / "best_strategy.json").exists()
     assert SearchConfig(method="learned-list", agent={"select": "etf"}).agent == {"select": "etf"}
+
+
+def test_a_search_killed_and_resumed_ends_as_an_uninterrupted_one(tmp_path):
+    from trinity.rl.search import Search
+
+    g, c = graph(), load_cluster("p100x2")
+
+    def cfg(iterations):
+        return SearchConfig(method="learned-list", iterations=iterations, batch=3, checkpoint_every=2,
+                            warm_start="m-etf", warm_start_steps=5, sim_threads=1)
+
+    full = Search(g, c, cfg(4), tmp_path / "full", progress=False)
+    full.run()
+    Search(g, c, cfg(2), tmp_path / "cut", progress=False).run()  # "killed" after its checkpoint at 2
+    resumed = Search(g, c, cfg(4), tmp_path / "cut", progress=False)
+    assert resumed.iteration == 2
+    resumed.run()
+    assert [h["charts/reward_mean"] for h in resumed.history] == [h["charts/reward_mean"] for h in full.history]
+    assert resumed.agent.temperature == full.agent.temperature
