@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation search-variety learned-list-policy learned-list-table validate clean
+	search-table ablation search-variety bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -87,6 +87,9 @@ ablation: $(STAMP)  ## Trinity from scratch, change by change, 2 seeds on 3 case
 	$(PY) benchmarks/search_ablation.py --seeds 2 --csv reports/search_ablation.csv \
 		--case data/inception_v3/profile/graph.json.gz:p100x2 --case data/inception_v3/profile/graph.json.gz:p100x4 \
 		--case $(REFERENCE_GNMT):p100x4
+
+bounds: $(STAMP)  ## room left: a lower bound counting communication per op-placement case (needs `make repro`'s data/; ~6 min)
+	$(PY) benchmarks/bounds.py --time-limit 60 --nodes 40 --csv results/bounds.csv
 
 search-variety: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (~30 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv

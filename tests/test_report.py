@@ -345,3 +345,26 @@ def test_per_method_summarises_the_committed_partition_metrics(tmp_path):
     t = per_method(tmp_path, "m", "c").set_index("method")
     assert t.loc["tapp", "seeds"] == 2 and t.loc["tapp", "step_ms"] == 11.0
     assert t.loc["tapp", "step_std_ms"] == 1.414 and list(t.index) == ["tapp", "even"]  # rounded to 3 places
+
+
+def test_evaluation_table_with_the_communication_bound(report):
+    """A bound counting communication (results/bounds.csv): each row's % above it, and whether the best placer
+    (m-ETF, 11 ms) is 5% or more above it: 10 ms leaves 10%, 10.6 ms leaves under 5%."""
+    from trinity.report.evaluation import comm_bounds, evaluation_table
+    from trinity.report.results import per_case, search_results
+
+    out, _ = report
+    results = out.parent / "results"
+    assert comm_bounds(results).empty  # no `make bounds` run: no column filled, nothing refused
+    cases = per_case(search_results(results))
+    row = {"model": "inception_v3", "cluster": "p100x2", "time_limit_s": 60, "segments": 3,
+           "segments_optimal": 2, "worst_milp_gap_pct": 1.5}
+    for bound, room in ((10.0, True), (10.6, False)):
+        ev = evaluation_table(cases, None, pd.DataFrame([{**row, "bound_ms": bound}]))
+        two = ev[ev["cluster"] == "p100x2"].set_index("entry")
+        assert two.loc["lower bound (counts communication)", "step_time_ms"] == bound
+        assert "2/3 segments optimal, worst gap 1.5%" in two.loc["lower bound (counts communication)", "method"]
+        assert two.loc["trinity", "vs_tightest_bound_pct"] == pytest.approx(100 * (9 / bound - 1), abs=0.01)
+        assert two.loc["best placer", "room_5pct"] == room
+    ev = evaluation_table(cases, None, pd.DataFrame([{**row, "bound_ms": 0.5}]))  # looser than compute-only: 1 ms
+    assert ev[ev["entry"] == "trinity"]["vs_tightest_bound_pct"].iloc[0] == 800.0

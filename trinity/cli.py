@@ -101,6 +101,26 @@ def cmd_simulate(args) -> None:
         print(f"wrote {args.gantt}")
 
 
+# --- trinity bound (issue 22): a lower bound on the step time that counts communication -------------
+def cmd_bound(args) -> None:
+    from trinity.bound import check_options, incumbent, step_time_bound
+    from trinity.cluster import load_cluster
+
+    check_options(args.time_limit, args.nodes)  # before loading anything: a bad option costs nothing
+    g, cluster = _graph(args.graph), load_cluster(args.cluster)
+    b = step_time_bound(g, cluster, time_limit_s=args.time_limit, max_segment_ops=args.nodes, show_progress=True)
+    inc = incumbent(g, cluster)
+    gap = 100 * (inc.step_time_us / b.bound_us - 1) if b.bound_us > 0 else float("nan")
+    for key, value in (("bound_ms", b.bound_us / 1e3), ("compute_only_ms", b.compute_only_us / 1e3),
+                       ("chain_ms", b.chain_us / 1e3), ("pivot_ms", b.pivot_us / 1e3),
+                       ("incumbent_ms", inc.step_time_us / 1e3), ("incumbent", inc.method), ("gap_pct", gap),
+                       ("segments", len(b.segments)), ("segments_solved", b.solved),
+                       ("segments_optimal", b.optimal), ("worst_milp_gap_pct", 100 * b.milp_gap),
+                       ("time_limit_s", b.time_limit_s), ("nodes", b.max_segment_ops), ("seconds", b.seconds)):
+        print(f"{key:>20}: {value:.4g}" if isinstance(value, float) else f"{key:>20}: {value}")
+# --- end trinity bound ---------------------------------------------------------------------------
+
+
 def cmd_compare(args) -> None:
     from trinity.cluster import load_cluster
     from trinity.compare import compare_placers
@@ -516,6 +536,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mlflow-uri", help="MLflow tracking URI (default sqlite:///mlflow.db)")
     p.add_argument("--no-mlflow", action="store_true")
     p.set_defaults(fn=cmd_validate)
+
+    p = sub.add_parser("bound", help="a lower bound on any placement's step time that counts communication")
+    p.add_argument("graph")
+    p.add_argument("--cluster", default="p100x4", help="preset name or YAML file")
+    p.add_argument("--time-limit", type=float, default=60.0, help="seconds of MILP solver time in all (default 60)")
+    p.add_argument("--nodes", type=int, default=40, help="ops per segment MILP (default 40)")
+    p.set_defaults(fn=cmd_bound)
 
     p = sub.add_parser("compare", help="compare every placer on a graph")
     p.add_argument("graph")

@@ -97,7 +97,7 @@ def build_report(results: Path, data: Path, out: Path, run: dict | None = None, 
 
     t3 = tables.table3({m: (g.n_ops, g.n_edges) for m, g in graphs.items()})
     t4, t5 = tables.table4(cases), tables.table5(cases)
-    ev = evaluation.evaluation_table(cases, search)
+    ev = evaluation.evaluation_table(cases, search, evaluation.comm_bounds(results))  # bounds: `make bounds`
     costs = _cost_sources(graphs, cases)
     for name, table in (("table3", t3), ("table4", t4), ("table5", t5), ("evaluation", ev), ("costs", costs)):
         w.csv(f"{name}.csv", table)

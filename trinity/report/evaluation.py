@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from trinity.plots import _save, plt
 
@@ -60,11 +61,26 @@ def _r(value, digits: int = 3):
         else round(float(value), digits)
 
 
-def evaluation_table(cases: pd.DataFrame, search: pd.DataFrame | None = None) -> pd.DataFrame:
+#: the share above the tightest lower bound at which a case has room left (issue 22: "3% where 5% is left")
+ROOM = 0.05
+
+
+def comm_bounds(results: Path) -> pd.DataFrame:
+    """``results/bounds.csv`` (`make bounds`: the lower bound counting communication per case), or empty."""
+    path = Path(results) / "bounds.csv"
+    return pd.read_csv(path) if path.exists() else pd.DataFrame()
+
+
+def evaluation_table(cases: pd.DataFrame, search: pd.DataFrame | None = None,
+                     bounds: pd.DataFrame | None = None) -> pd.DataFrame:
     """One block of rows per model x cluster (`per_case` rows in, one row per entry out); with the search
-    jobs (``search``), each RL row also gets its annealing peer at the same wall time."""
+    jobs (``search``), each RL row also gets its annealing peer at the same wall time; with ``bounds``
+    (`comm_bounds`), each row its % above the tightest lower bound and whether the case has 5% room."""
     rows = []
     for (model, cluster), case in cases.groupby(["model", "cluster"], sort=False):
+        known = bounds[(bounds["model"] == model) & (bounds["cluster"] == cluster)] \
+            if bounds is not None and len(bounds) else pd.DataFrame()
+        tight = float(known["bound_ms"].iloc[0]) if len(known) else None
         by = case.set_index("method")
         placers = case[~case["method"].isin(PLACER_EXCLUDED) & case["fits"]]
         best = placers.loc[placers["step_time_ms_mean"].idxmin()] if len(placers) else None
@@ -72,6 +88,8 @@ def evaluation_table(cases: pd.DataFrame, search: pd.DataFrame | None = None) ->
         metf = by.loc["m-etf"] if "m-etf" in by.index and by.loc["m-etf"]["fits"] else None
         lb = case["lower_bound_ms"].dropna()
         bound = float(lb.iloc[0]) if len(lb) else None
+        tight = max(tight, bound or 0.0) if tight is not None else bound  # the tightest of the two
+        room = None if tight is None or best is None else bool(best["step_time_ms_mean"] >= (1 + ROOM) * tight)
         base = {"model": model, "cluster": cluster}
 
         def row(entry: str, method: str, c: pd.Series) -> dict:
@@ -101,6 +119,8 @@ def evaluation_table(cases: pd.DataFrame, search: pd.DataFrame | None = None) ->
                     "vs_optimum_pct": _r(100 * (mean / optimum["step_time_ms_mean"] - 1), 2)
                     if optimum is not None and c["fits"] else None,
                     "vs_lower_bound_pct": _r(100 * (mean / bound - 1), 2) if bound and c["fits"] else None,
+                    "vs_tightest_bound_pct": _r(100 * (mean / tight - 1), 2) if tight and c["fits"] else None,
+                    "room_5pct": room,
                     "busiest_share": _r(c.get("busiest_share"), 3),
                     "collapse": collapse_label(c.get("busiest_share")),
                     "annealing_same_wall_ms": _r(annealing_at(search, model, cluster, entry))
@@ -116,6 +136,12 @@ def evaluation_table(cases: pd.DataFrame, search: pd.DataFrame | None = None) ->
             rows.append(row("exact optimum", "optimum", optimum))
         if bound:
             rows.append({**base, "entry": "lower bound (compute only)", "method": "", "step_time_ms": _r(bound)})
+        if len(known):
+            k = known.iloc[0]
+            rows.append({**base, "entry": "lower bound (counts communication)",
+                         "method": f"MILP {k['time_limit_s']:g} s, {k['segments_optimal']}/{k['segments']} segments "
+                                   f"optimal, worst gap {k['worst_milp_gap_pct']:g}%",
+                         "step_time_ms": _r(float(k["bound_ms"])), "room_5pct": room})
     return pd.DataFrame(rows)
 
 
@@ -148,15 +174,18 @@ def plot_time_to_quality(search: pd.DataFrame, cases: pd.DataFrame, model: str, 
     if case["lower_bound_ms"].notna().any():
         ax.axhline(case["lower_bound_ms"].dropna().iloc[0], color="grey", ls="-.", lw=1, label="lower bound")
     ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlim(left=0)  # sub-second searches would otherwise get a negative tick beside 0
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
     ax.set_xlabel("search wall time (s; warm-start imitation not counted)")
     ax.set_ylabel("best simulated step time so far (ms)")
     ax.set_title(f"{model} on {cluster}: time to quality, every seed")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="best")
     _save(fig, path)
     return drawn
 
 
 #: the multi-objective reward (MDPE) and its runtime-only control, both warm-started from the best placer
+PLACER_MARKERS = "sDv^<>phH*Xd8P"
 TRADEOFF = {"trinity-warm": "Trinity (MDPE reward)", "trinity-runtime": "Trinity (runtime-only reward)"}
 
 
@@ -214,7 +243,7 @@ def plot_pareto(search: pd.DataFrame, model: str, cluster: str, path: str | os.P
     shown = pd.concat([placers, jobs[jobs["method"].isin(list(TRADEOFF))]])
     front = pareto_front(shown, ["step_time_ms", "peak_comm_MB", "peak_memory_GB"])
     tol = _tolerances(jobs)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     for ax, (metric, label, scale, t) in zip(axes, (
             ("peak_memory_GB", "peak memory of the fullest device (GB)", 1.0, tol[1] if tol else None),
             ("peak_comm_MB", "peak communication of one device (GB)", 1e-3, tol[0] if tol else None))):
@@ -222,18 +251,24 @@ def plot_pareto(search: pd.DataFrame, model: str, cluster: str, path: str | os.P
             part = jobs[jobs["method"] == method]
             ax.scatter(part[metric] * scale, part["step_time_ms"], s=40, color=plt.cm.tab10(i), label=label_m,
                        zorder=3)
-        ax.scatter(placers[metric] * scale, placers["step_time_ms"], s=30, marker="s", color="grey",
-                   label="placers", zorder=2)
-        for _, p in placers.iterrows():
-            ax.annotate(p["method"], (p[metric] * scale, p["step_time_ms"]), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")
+        # a marker per placer, named in the legend: placers often sit on the same point (no communication)
+        for marker, (method, part) in zip(PLACER_MARKERS, placers.groupby("method", sort=True)):
+            ax.scatter(part[metric] * scale, part["step_time_ms"], s=30, marker=marker, color="grey",
+                       label=method, zorder=2)
         ax.scatter(front[metric] * scale, front["step_time_ms"], s=140, facecolors="none", edgecolors="black",
                    label="Pareto front (all 3 objectives)", zorder=4)
         if t is not None:
             ax.axvline(t, color="red", ls="--", lw=1, label="tolerance")
         ax.set_xlabel(label)
+        # few, short ticks: tiny graphs have peaks of a few kB, which the default formatter writes at length
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
         ax.set_ylabel("simulated step time (ms)")
         ax.set_yscale("log")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"{model} on {cluster}: what the multi-objective reward buys (every seed)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(0.86, 0.5))
+    fig.subplots_adjust(right=0.84, wspace=0.3)
+    seeds = jobs[jobs["method"].isin(list(TRADEOFF))]["seed"].nunique() if "seed" in jobs else 1
+    fig.suptitle(f"{model} on {cluster}: what the multi-objective reward buys ({seeds} seed{'s' * (seeds != 1)} "
+                 f"of each search, every placer)", fontsize=10)
     _save(fig, path)

@@ -114,8 +114,8 @@ def plot_bars(cases: pd.DataFrame, metric: str, label: str, path: str | os.PathL
             spread = rows[f"{metric}_std"].where(rows["seeds"] > 1)  # one seed: no error bar
             ax.bar(np.arange(len(methods)) + j * width, rows[f"{metric}_mean"], width,
                    yerr=spread if spread.notna().any() else None, label=cluster, capsize=2)
-        ax.set_xticks(np.arange(len(methods)) + width * (len(clusters) - 1) / 2, methods, rotation=45, ha="right",
-                      rotation_mode="anchor", fontsize=8)
+        ax.set_xticks(np.arange(len(methods)) + width * (len(clusters) - 1) / 2, methods, rotation=90, fontsize=8)  # upright
+        # labels' boxes never overlap, where 45-degree ones do once methods are many
         ax.set_title(model, fontsize=10)
         ax.set_ylabel(label)
         if clusters:
