@@ -16,8 +16,10 @@ P100s. Per case and seed:
   weights, no warm start), ``select-etf`` (m-ETF's select order kept, the device learned), each at
   the search's budget.
 
-Every placer the warm start chooses from is a row too. Writes one row per run (``--csv``), and per
-case and method the mean and spread over seeds against m-ETF and the best placer (``*_summary.csv``).
+Every placer the warm start chooses from is a row too. Writes one row per run (``--csv``), per
+case and method the mean and spread over seeds against m-ETF and the best placer (``*_summary.csv``),
+and that summary as the markdown table the README shows (``--csv`` with ``.md``; ``--report-only``
+rewrites both from ``--csv`` without running anything).
 """
 
 from __future__ import annotations
@@ -96,13 +98,16 @@ def main() -> None:
                         help="the budget of `search` and the ablation's runs (default: the default experiment's)")
     parser.add_argument("--csv", default="reports/learned_list_generalisation.csv")
     parser.add_argument("--resume", action="store_true", help="keep --csv's rows and skip the cases it has")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: rewrite the summary and the markdown table from --csv")
     args = parser.parse_args()
     torch.set_num_threads(1)
     held = [h for i, h in enumerate(HELD_OUT) if args.only is None or str(i) in args.only.split(",")]
     graphs = [(name, make) for name, make in held] + [(f, (lambda f=f: load_graph(f))) for f in args.graphs]
-    rows = pd.read_csv(args.csv).to_dict("records") if args.resume and Path(args.csv).exists() else []
+    rows = pd.read_csv(args.csv).to_dict("records") if (args.resume or args.report_only) and Path(args.csv).exists() \
+        else []
     done = {r["case"] for r in rows}
-    for name, make in graphs:
+    for name, make in ([] if args.report_only else graphs):
         graph = make()
         for cluster in map(load_cluster, args.clusters):
             case = f"{name} ({graph.n_ops} ops) {cluster.name}"
@@ -141,6 +146,7 @@ def main() -> None:
             pd.DataFrame(rows).to_csv(args.csv, index=False)
     table = summary(pd.DataFrame(rows))
     table.to_csv(Path(args.csv).with_name(Path(args.csv).stem + "_summary.csv"), index=False)
+    Path(args.csv).with_suffix(".md").write_text(markdown(table))
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
 
@@ -161,6 +167,51 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                         "vs_best_placer": runs["step_time_ms"].mean() / best["step_time_ms"],
                         "busiest": runs["busiest_share"].mean(), "wall_s": runs["seconds"].mean()})
     return pd.DataFrame(out)
+
+
+#: the summary's methods in the markdown table's column order (placers other than m-ETF: "best placer")
+COLUMNS = ("zero-shot", "fine-tune", "annealing@fine-tune", "search", "annealing@search", "imitation-only",
+           "rl-only", "select-etf")
+HEADERS = {"zero-shot": "zero-shot", "fine-tune": "fine-tune (10 it.)", "annealing@fine-tune":
+           "annealing, fine-tune's wall time", "search": "search (imitation + RL)", "annealing@search":
+           "annealing, search's wall time", "imitation-only": "imitation only", "rl-only": "RL only (from scratch)",
+           "select-etf": "select = m-ETF's, place learned"}
+LEARNED = {"fine-tune", "search", "imitation-only", "rl-only", "select-etf"}
+
+
+def case_label(case: str) -> str:
+    """A case's short name: the synthetic graph's call, or the graph file's family."""
+    for path, label in (("inception_v3", "InceptionV3, exported"), ("gnmt", "GNMT, Baechi's reference")):
+        if path in case.split(" (")[0].lower():
+            case = label + case[case.index(" ("):]
+    return case.replace("training_graph", "training graph").replace(", batch=8", "").replace("_", " ")
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The summary as one markdown row per case: step time ms (mean +/- sd over seeds), x m-ETF, and the
+    learned runs' mean wall time; the lowest mean of the row in bold. An ablation's table leaves out the
+    zero-shot and fine-tune columns (the generalisation table has them)."""
+    methods = [m for m in COLUMNS if m in set(table["method"])]
+    if "imitation-only" in methods:
+        methods = [m for m in methods if m not in ("zero-shot", "fine-tune", "annealing@fine-tune")]
+    head = ["case", "best placer", "m-ETF"] + [HEADERS[m] for m in methods]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for case, part in table.groupby("case", sort=False):
+        by = {r["method"]: r for _, r in part.iterrows()}
+        placers = [r for m, r in by.items() if m not in COLUMNS]
+        best = min(placers, key=lambda r: r["step_ms"])
+        lowest = min(r["step_ms"] for m, r in by.items() if m not in COLUMNS or m in methods)
+
+        def cell(r, wall=False):
+            text = f"{r['step_ms']:.2f}" + (f" +/- {r['sd']:.2f}" if r["seeds"] > 1 else "")
+            text = f"**{text}**" if r["step_ms"] <= lowest * (1 + 1e-9) else text
+            note = [f"{r['vs_m_etf']:.3f}"] + ([f"{r['wall_s']:.0f} s"] if wall else [])
+            return f"{text} ({', '.join(note)})"
+
+        cells = [case_label(case), f"{best['method']} {cell(best)}", cell(by["m-etf"])]
+        cells += [cell(by[m], m in LEARNED) if m in by else "" for m in methods]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

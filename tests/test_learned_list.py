@@ -133,14 +133,33 @@ def test_bad_input_is_one_line(tmp_path, capsys):
         (["place", str(path), "--placer", "m-etf", "--policy", str(wide)], "--policy is for --placer learned-list"),
         (["search", str(path), "--method", "learned-list", "--option", "explore=-1", "--no-mlflow"], "explore"),
         (["search", str(path), "--method", "learned-list", "--option", "select=best", "--no-mlflow"], "select"),
+        # a checkpoint for the search to start from that is not there; a budget out of range
+        (["search", str(path), "--method", "learned-list", "--option", f"pretrained={tmp_path / 'no.pt'}",
+          "--no-mlflow"], "policy file not found"),
+        (["search", str(path), "--method", "learned-list", "--option", f"pretrained={wide}", "--no-mlflow"],
+         "feature_width"),
+        (["search", str(path), "--method", "learned-list", "--iterations", "0", "--no-mlflow"],
+         "--iterations: must be >= 1, got 0"),
+        (["search", str(path), "--method", "learned-list", "--iterations", "10000001", "--no-mlflow"],
+         "--iterations: must be at most 1000000, got 10000001"),
+        (["search", str(path), "--method", "learned-list", "--batch", "0", "--no-mlflow"], "--batch: must be >= 1"),
+        (["search", str(path), "--method", "learned-list", "--option", "candidates=1", "--no-mlflow"], "candidates"),
     ]
     for argv, words in cases:
         capsys.readouterr()
-        assert main(argv) == 2, argv
+        try:
+            status = main(argv)
+        except SystemExit as exc:  # argparse's refusals exit
+            status = exc.code
+        assert status == 2, argv
         err = capsys.readouterr().err
+        if "--iterations" in words or "--batch" in words:  # argparse's: the usage, then one line naming it
+            err = err.splitlines()[-1] + "\n"
         assert err.count("\n") == 1 and words in err, (argv, err)
     with pytest.raises(TrinityError, match="devices"):
         agent(g, make_cluster(3, memory_GB=10), pretrained="default")
+    with pytest.raises(TrinityError, match="iterations"):  # the budget, from a config file too
+        SearchConfig(method="learned-list", iterations=10 ** 7)
 
 
 def test_search_end_to_end(tmp_path, capsys):

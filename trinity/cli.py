@@ -464,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("graph")
     p.add_argument("--cluster", default="p100x4")
     p.add_argument("--method", default="trinity", help="a search method (trinity, hierarchical)")
-    p.add_argument("--iterations", type=_int_in(1), default=1000)
+    p.add_argument("--iterations", type=_int_in(1, 1_000_000), default=1000)
     p.add_argument("--batch", type=_int_in(1, MAX_SEARCH_BATCH), default=8, help="strategies sampled per iteration")
     p.add_argument("--groups", type=_int_in(1), help="k (default 256; hierarchical: min(256, 20 x devices))")
     p.add_argument("--lr", type=_positive_float, help="Adam's rate (default 1e-3; 1e-4 after --warm-start)")
