@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation search-variety bounds validate clean
+	search-table ablation search-variety bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -93,6 +93,20 @@ bounds: $(STAMP)  ## room left: a lower bound counting communication per op-plac
 
 search-variety: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (~30 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv
+
+learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot policy on the project's synthetic graphs (~10 min)
+	$(PY) benchmarks/learned_list_train.py --out trinity/rl/pretrained/learned-list.pt
+
+# learned-list-table (what the README's tables are; ~1 h on 2 shared cores): zero-shot and a 10-iteration
+# fine-tune (beside annealing at its wall time) on every held-out graph, 2 and 4 devices (~25 min); the
+# search at 50 iterations and its ablation on three graphs, p100x4 (~30 min). LEARNED_LIST_LONG=1 (~3 h):
+# the search at the default budget (100 iterations) on every held-out graph as well, and the ablation at 100.
+LEARNED_LIST_LONG ?=
+learned-list-table: $(STAMP)  ## learned-list on held-out graphs: zero-shot and fine-tuned vs m-ETF and annealing; search and ablation on 3 graphs (~1 h)
+	$(PY) benchmarks/learned_list_generalise.py $(wildcard data/inception_v3/profile/graph.json.gz) $(REFERENCE_GNMT) \
+		$(if $(LEARNED_LIST_LONG),--full) --csv reports/learned_list_generalisation.csv
+	$(PY) benchmarks/learned_list_generalise.py --only 0,3 $(REFERENCE_GNMT) --clusters p100x4 --full --ablation \
+		--iterations $(if $(LEARNED_LIST_LONG),100,50) --csv reports/learned_list_search.csv
 
 VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin
 

@@ -63,7 +63,12 @@ def cmd_place(args) -> None:
     from trinity.sim import Simulator
 
     g, cluster = _graph(args.graph), load_cluster(args.cluster)
-    placed = place(args.placer, g, cluster, seed=args.seed)
+    options = {}
+    if args.policy is not None:  # a pre-trained policy file: only the learned placer reads one
+        if args.placer != "learned-list":
+            raise TrinityError(f"--policy is for --placer learned-list, not {args.placer!r}", field="policy")
+        options["policy"] = args.policy
+    placed = place(args.placer, g, cluster, seed=args.seed, **options)
     res = Simulator(g, cluster).simulate(placed.placement)
     print(f"{args.placer} on {cluster.name}: placed {g.n_ops} ops in {placed.seconds:.2f} s")
     _print_result(res, cluster)
@@ -460,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("graph")
     p.add_argument("--cluster", default="p100x4")
     p.add_argument("--method", default="trinity", help="a search method (trinity, hierarchical)")
-    p.add_argument("--iterations", type=_int_in(1), default=1000)
+    p.add_argument("--iterations", type=_int_in(1, 1_000_000), default=1000)
     p.add_argument("--batch", type=_int_in(1, MAX_SEARCH_BATCH), default=8, help="strategies sampled per iteration")
     p.add_argument("--groups", type=_int_in(1), help="k (default 256; hierarchical: min(256, 20 x devices))")
     p.add_argument("--lr", type=_positive_float, help="Adam's rate (default 1e-3; 1e-4 after --warm-start)")
@@ -488,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("graph")
     p.add_argument("--cluster", default="p100x4", help="preset name or YAML file")
     p.add_argument("--placer", default="m-etf")
+    p.add_argument("--policy", help="learned-list: a pre-trained policy file (default: the committed one)")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--out", help="write the strategy here (JSON)")
     p.set_defaults(fn=cmd_place)

@@ -38,6 +38,10 @@ from trinity.rl.warm_start import WARM_START_PLACERS, warm_start  # noqa: F401  
 from trinity.sim import SimResult, Simulator
 from trinity.track import NullTracker
 
+#: the largest search budget (iterations) taken: more is a typo, not a run
+MAX_ITERATIONS = 1_000_000
+
+
 @dataclass
 class SearchConfig:
     """One search: the loop's settings; the method's own are in ``agent`` (typed by its Agent.Options)."""
@@ -62,7 +66,7 @@ class SearchConfig:
         agent_class(self.method)  # an unknown method is one line naming the field
         if isinstance(self.reward, dict):
             self.reward = MDPEConfig(**self.reward)
-        check_range("search", "iterations", self.iterations, 1)
+        check_range("search", "iterations", self.iterations, 1, MAX_ITERATIONS)
         check_range("search", "batch", self.batch, 1, 1_000_000)
         check_range("search", "threads", self.threads, 1, 1024)
         check_range("search", "sim_threads", self.sim_threads, 1, 1024, allow_none=True)
