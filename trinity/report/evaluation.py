@@ -17,17 +17,18 @@ from trinity.plots import _save, plt
 
 #: seeded methods, in the order the table lists them
 SEEDED = ("annealing", "annealing-long", "annealing-scratch", "hierarchical", "hierarchical-warm", "trinity",
-          "trinity-warm", "trinity-runtime")
+          "trinity-warm", "trinity-runtime", "learned-list")
 PLACER_EXCLUDED = ("optimum",) + SEEDED  # what is not "a placer" when picking the best placer
 #: methods that start from the best placer's strategy (by reward): not above it by construction
-STARTS_AT_BEST = ("annealing", "annealing-long", "hierarchical-warm", "trinity-warm", "trinity-runtime")
+STARTS_AT_BEST = ("annealing", "annealing-long", "hierarchical-warm", "trinity-warm", "trinity-runtime",
+                  "learned-list")
 #: a share of compute on one device at or above this is a collapse onto it, labelled so
 COLLAPSE_SHARE = 0.95
 #: each RL search's same-wall-time peer: annealing from one device for searches from scratch, from the
 #: best placer for warm-started ones (read off the annealing run's curve at the search's wall time)
 ANNEALING_PEER = {"hierarchical": "annealing-scratch", "trinity": "annealing-scratch",
                   "hierarchical-warm": "annealing-long", "trinity-warm": "annealing-long",
-                  "trinity-runtime": "annealing-long"}
+                  "trinity-runtime": "annealing-long", "learned-list": "annealing-long"}
 
 
 def collapse_label(share) -> str:

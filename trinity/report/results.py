@@ -12,7 +12,8 @@ from trinity.fileio import read_json
 
 #: the order methods appear in, the paper's baselines first
 METHOD_ORDER = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct", "annealing", "annealing-long",
-                "annealing-scratch", "hierarchical", "hierarchical-warm", "trinity", "trinity-warm", "trinity-runtime", "optimum")
+                "annealing-scratch", "hierarchical", "hierarchical-warm", "trinity", "trinity-warm", "trinity-runtime",
+                "learned-list", "optimum")
 METRICS = ("step_time_ms", "peak_comm_MB", "peak_memory_GB")
 
 
