@@ -15,6 +15,7 @@ def test_round_log_ticks():
     assert round_log_ticks(2.0, 22) == [2.0, 5.0, 10.0, 20.0]
     assert round_log_ticks(6.1, 9.3) == [7.0, 8.0, 9.0]
     assert round_log_ticks(20, 40) == [20.0, 30.0, 40.0]
+    assert round_log_ticks(800, 2300) == [800.0, 1000.0, 2000.0]  # 900 would crowd 800 and 1000
     assert round_log_ticks(0.001, 1000) == [0.001, 0.1, 10.0, 1000.0]  # every other power of ten
 
 

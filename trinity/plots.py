@@ -86,7 +86,13 @@ def round_log_ticks(low: float, high: float, count: int = 5) -> list[float]:
             break
     if len(ticks) < 2:  # a range narrower than one step of a digit: two significant digits
         ticks = sorted({t for t in (float(f"{v:.2g}") for v in np.geomspace(low, high, count)) if low <= t <= high})
-    return ticks[::-(-len(ticks) // count)] if len(ticks) > count else ticks
+    ticks = ticks[::-(-len(ticks) // count)] if len(ticks) > count else ticks
+    # labels crowd where mantissas bunch (800, 900, 1000): keep ticks at least 1/(count+1) of the axis apart
+    gap, kept = np.log10(high / low) / (count + 1), ticks[:1]
+    for t in ticks[1:]:
+        if np.log10(t / kept[-1]) >= gap:
+            kept.append(t)
+    return kept
 
 
 def plain_log_ticks(axis, low: float, high: float, count: int = 5) -> None:

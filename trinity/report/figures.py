@@ -155,9 +155,9 @@ def plot_sim_vs_real_all(measured: pd.DataFrame, path: str | os.PathLike) -> Non
             else pd.Series(True, index=part.index)
         _measured_spread(ax, part)
         ax.scatter(part.loc[held, "real_step_ms"], part.loc[held, "sim_step_ms"], s=26, color="C0",
-                   label=f"held out, split ({int(held.sum())})", zorder=3)
+                   label="held out, split", zorder=3)
         ax.scatter(part.loc[~held, "real_step_ms"], part.loc[~held, "sim_step_ms"], s=26, facecolors="none",
-                   edgecolors="C1", label=f"calibration set or one worker ({int((~held).sum())})", zorder=3)
+                   edgecolors="C1", label="calibration set or one worker", zorder=3)
         values = part[["real_step_ms", "sim_step_ms"]].to_numpy(float)
         low, top = values.min() / 1.15, values.max() * 1.15
         ax.plot([low, top], [low, top], "k-", lw=0.8, label="y = x")
@@ -172,7 +172,11 @@ def plot_sim_vs_real_all(measured: pd.DataFrame, path: str | os.PathLike) -> Non
         ax.set_xlabel("measured step time (ms)")
         ax.set_ylabel("simulated step time (ms)")
         error = part.loc[held, "step_error"].abs().median()
-        ax.set_title(f"{model}{'' if b == -1 else f', batch {int(b)}'}{f', run {int(r)}' if len(runs) > 1 else ''}: "
-                     f"held-out split median |error| {error:.1%}", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_title(f"{model}{'' if b == -1 else f', batch {int(b)}'}{f', run {int(r)}' if len(runs) > 1 else ''}\n"
+                     f"{int(held.sum())} held out, split: median |error| {error:.1%}; {int((~held).sum())} others",
+                     fontsize=9)
+    # one legend for every panel, below them: inside a panel it hides points
+    handles, labels = next(ax for ax, *_ in cells if ax.axison).get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.05 / len(runs), 1, 1))
     _save(fig, path)
