@@ -30,8 +30,13 @@ def budget(method: dict[str, Any]) -> str:
     """One method's budget in words (a placer has none)."""
     kind = method.get("kind")
     if kind == "search":
+        from trinity.rl.search import SearchConfig
+
         search = method.get("search") or {}
-        text = f"{search.get('iterations')} iterations x {search.get('batch')} samples"
+        # a key the method leaves unset runs at the loop's default: say that, not "None"
+        iterations, batch = (search.get(k) if search.get(k) is not None else getattr(SearchConfig, k)
+                             for k in ("iterations", "batch"))
+        text = f"{iterations} iterations x {batch} samples"
         if search.get("warm_start"):
             text += f", warm start {search['warm_start']} ({search.get('warm_start_steps')} imitation steps)"
         return text
