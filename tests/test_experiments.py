@@ -150,3 +150,25 @@ def test_a_missing_input_names_the_command_for_its_experiment(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path / ".dvc")  # relative to where it runs: a stage runs in its experiment's folder
     with pytest.raises(TrinityError, match=r"\(dvc repro profile@tiny_cnn\)"):
         config.require(Path("../data/tiny_cnn/profile/graph.json.gz"), "profile", "tiny_cnn")
+
+
+def test_the_commit_counts_changed_code_not_the_outputs_the_run_rewrites(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True, timeout=60)
+
+    for path in ("trinity/a.py", "reports/REPORT.md", "experiments/smoke/params.yaml"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("x\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    head = provenance.commit(tmp_path)
+    assert len(head) == 12 and "+" not in head
+    (tmp_path / "reports" / "REPORT.md").write_text("rewritten by the report stage\n")
+    assert provenance.commit(tmp_path / "experiments" / "smoke") == head
+    (tmp_path / "experiments" / "smoke" / "params.yaml").write_text("y\n")
+    assert provenance.commit(tmp_path / "experiments" / "smoke") == f"{head} + uncommitted changes"
+    git("checkout", "experiments")
+    (tmp_path / "trinity" / "a.py").write_text("changed\n")
+    assert provenance.commit(tmp_path) == f"{head} + uncommitted changes"

@@ -11,16 +11,22 @@ from pathlib import Path
 from typing import Any
 
 
+# what makes a run, not what it made; from the checkout's top, so an experiment's own folder sees the same
+CODE = tuple(f":(top,glob){p}" for p in ("trinity/**", "pipeline/**", "conf/**", "**/params.yaml", "**/dvc.yaml",
+                                          "pyproject.toml"))
+
+
 def commit(folder: str | Path = ".") -> str:
-    """The git commit of ``folder``'s checkout, ``+ uncommitted changes`` when its tree differs; or
-    ``unknown (not a git checkout)``."""
+    """The git commit of ``folder``'s checkout, ``+ uncommitted changes`` when its code or configuration
+    differs from it (the pipeline's own outputs, rewritten by the very run being reported, do not count);
+    or ``unknown (not a git checkout)``."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=30,
                               check=True).stdout.strip()
 
     try:
         head = git("rev-parse", "--short=12", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", *CODE)
     except (OSError, subprocess.SubprocessError):
         return "unknown (not a git checkout)"
     return f"{head} + uncommitted changes" if dirty else head
