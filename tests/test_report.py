@@ -66,13 +66,15 @@ def report(tmp_path_factory):
                   "source": ["trinity", "m-etf", "m-sct", "single", "expert"],
                   "calibration_set": [False, True, False, False, True],
                   "sim_step_ms": [11.0, 7.0, 9.0, 20.0, 5.0], "real_step_ms": [10.0, 10.0, 12.0, 16.0, None],
+                  "sim_comm_MB": [5.0, 4.4, 3.0, 0.0, 0.5],
                   "real_crossed_MB": [5.0, 4.0, 3.0, 0.0, None], "comm_error": [0.0, 0.1, 0.0, 0.0, None],
                   "overridden": [0, 0, 0, 0, None],
                   "step_error": [0.1, -0.3, -0.25, 0.25, None]}).to_csv(validate / "results.csv", index=False)
     (validate / "batch16").mkdir()  # the same strategies at a smaller batch: all three held out and split
     pd.DataFrame({"batch": 16, "strategy": ["p100x2-trinity-s0", "p100x2-m-sct", "p100x2-hierarchical-s1"],
                   "source": ["trinity", "m-sct", "hierarchical"], "calibration_set": False,
-                  "sim_step_ms": [2.0, 3.0, 4.0], "real_step_ms": [2.5, 3.0, 5.0], "real_crossed_MB": 1.0,
+                  "sim_step_ms": [2.0, 3.0, 4.0], "real_step_ms": [2.5, 3.0, 5.0], "sim_comm_MB": 1.0,
+                  "real_crossed_MB": 1.0,
                   "comm_error": 0.0, "overridden": 0,
                   "step_error": [-0.2, 0.0, -0.2]}).to_csv(validate / "batch16" / "results.csv", index=False)
     for method, seed, target, acc, sent in (("ddp", 0, 2.0, 0.97, 100e6), ("ddp", 1, 4.0, 0.95, 100e6),
@@ -145,11 +147,12 @@ def test_summary_and_metrics_json(report):
                              "held_out_split_step_error_median": 0.175, "held_out_split_step_error_p90": 0.235,
                              "rank_correlation": round(3 / np.sqrt(22.5), 4),
                              "held_out_split_rank_correlation": None, "held_out_split_comm_error_max": 0.0,
-                             **NO_NOISE},
+                             "held_out_split_comm_error_floor_max": 0.0, **NO_NOISE},
         "inception_v3 b16": {"strategies": 3, "step_error_median": 0.2, "held_out_split_strategies": 3,
                              "held_out_split_step_error_median": 0.2, "held_out_split_step_error_p90": 0.2,
                              "rank_correlation": 1.0, "held_out_split_rank_correlation": 1.0,
-                             "held_out_split_comm_error_max": 0.0, **NO_NOISE}}
+                             "held_out_split_comm_error_max": 0.0, "held_out_split_comm_error_floor_max": 0.0,
+                             **NO_NOISE}}
     assert summary["counts"] == {"models": 1, "cases": 2, "search_jobs": 9, "validated_strategies": 7}
     assert json.loads((out / "metrics.json").read_text()) == summary
     # what `dvc metrics show` reads: a file per row, a few well-named numbers each
@@ -369,7 +372,8 @@ def test_validation_runs_and_measurement_noise(tmp_path):
         pd.DataFrame({"batch": batch, "run": run, "strategy": ["a", "b", "c"], "source": "search",
                       "calibration_set": False, "sim_step_ms": sim, "real_step_ms": real, "real_q1_ms": q1,
                       "real_q3_ms": q3, "real_spread": (np.array(q3) - np.array(q1)) / real,
-                      "real_crossed_MB": 1.0, "comm_error": [0.0, 0.01, -0.03], "overridden": 0,
+                      "sim_comm_MB": [1.0, 1.01, 0.97], "real_crossed_MB": 1.0, "comm_error": [0.0, 0.01, -0.03],
+                      "overridden": 0,
                       "step_error": (np.array(sim) - real) / real, "load_max": load}).to_csv(path / "results.csv",
                                                                                            index=False)
 
@@ -388,6 +392,7 @@ def test_validation_runs_and_measurement_noise(tmp_path):
     assert one["held_out_split_spread_median"] == 0.1 and one["load_max"] == 2.0
     assert two["held_out_split_resolved_pairs"] == round(2 / 3, 4) and two["held_out_split_resolved_concordance"] == 0.5
     assert two["held_out_split_comm_error_max"] == 0.03 and two["load_max"] == 3.0
+    assert two["held_out_split_comm_error_floor_max"] == 0.03  # 1 MB crossed: the floor changes nothing
     assert errors["m b8 run2"]["held_out_split_rank_correlation"] == 1.0
     plot_sim_vs_real_all(measured(table), tmp_path / "scatter.png")
     assert (tmp_path / "scatter.png").stat().st_size > 0
@@ -407,7 +412,10 @@ def test_a_missed_bar_says_by_how_much_and_what_the_measurement_shows():
     assert target_misses("m b8 run2", v) == [
         f"- m b8 run2: median error 12.5%, 2.5 points over the 10% bar{why}",
         f"- m b8 run2: rank correlation 0.75, 0.05 under the 0.8 bar{why}",
-        "- m b8 run2: communication off by up to 3.0%, over the 2% bar"]
+        "- m b8 run2: communication off by up to 3.0% (of the bytes, or of 1 MB where fewer cross), over the 2% bar"]
+    # the floored error, where a row has it, is the one held to the bar; a rank that rounds to the bar is exact
+    floored = {**v, "held_out_split_comm_error_floor_max": 0.004, "held_out_split_rank_correlation": 0.7998}
+    assert target_misses("m", floored)[1:] == [f"- m: rank correlation 0.7998, 0.0002 under the 0.8 bar{why}"]
     good = {**v, "held_out_split_step_error_median": 0.05, "held_out_split_rank_correlation": 0.9,
             "held_out_split_comm_error_max": 0.001}
     assert target_misses("m b64", good) == []
@@ -434,3 +442,13 @@ def test_evaluation_table_with_the_communication_bound(report):
         assert two.loc["best placer", "room_5pct"] == room
     ev = evaluation_table(cases, None, pd.DataFrame([{**row, "bound_ms": 0.5}]))  # looser than compute-only: 1 ms
     assert ev[ev["entry"] == "trinity"]["vs_tightest_bound_pct"].iloc[0] == 800.0
+
+
+def test_communication_error_below_a_megabyte_is_read_against_one():
+    """Bytes that cross: 4 MB (simulated 4.1: 2.5%), 0.5 MB (0.4: 0.1 MB of the 1 MB floor, 10%) and
+    4 bytes simulated as none (4e-6 of 1 MB, not 100%)."""
+    from trinity.runtime.validate import comm_error_floor
+
+    rows = pd.DataFrame({"sim_comm_MB": [4.1, 0.4, 0.0], "real_crossed_MB": [4.0, 0.5, 4e-6]})
+    assert np.allclose(comm_error_floor(rows), [0.025, 0.1, 4e-6])
+    assert comm_error_floor(rows.iloc[:0]).empty

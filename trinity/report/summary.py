@@ -37,7 +37,8 @@ def validation_errors(measured: pd.DataFrame) -> dict[str, dict]:
         s = error_summary(part)
         keys = ("strategies", "step_error_median", "held_out_split_strategies", "held_out_split_step_error_median",
                 "held_out_split_step_error_p90", "rank_correlation", "held_out_split_rank_correlation",
-                "held_out_split_comm_error_max", "held_out_split_spread_median", "held_out_split_resolved_pairs",
+                "held_out_split_comm_error_max", "held_out_split_comm_error_floor_max", "held_out_split_spread_median",
+                "held_out_split_resolved_pairs",
                 "held_out_split_resolved_concordance", "load_max")
         s = {k: s.get(k, float("nan")) for k in keys}
         name = (model if batch == -1 else f"{model} b{int(batch)}") + (f" run{int(r)}" if runs[model] > 1 else "")
@@ -82,7 +83,7 @@ def dvc_metrics(summary: dict) -> dict[str, dict]:
 
 
 #: the bars of the simulator's fidelity on held-out split strategies (issue 24): median |step error|,
-#: Spearman's rank correlation, largest |communication error|
+#: Spearman's rank correlation, largest |communication error| (against the bytes, or 1 MB where fewer cross)
 BARS = {"median": 0.10, "rank": 0.8, "comm": 0.02}
 
 
@@ -99,16 +100,18 @@ def target_misses(name: str, v: dict) -> list[str]:
         why.append(f"the machine's load reached {v['load_max']:.1f} on {cores} cores")
     because = f" ({'; '.join(why)})" if why else ""
     out = []
-    err, rank, comm = (v.get(k) for k in ("held_out_split_step_error_median", "held_out_split_rank_correlation",
-                                          "held_out_split_comm_error_max"))
+    err, rank = v.get("held_out_split_step_error_median"), v.get("held_out_split_rank_correlation")
+    comm = v.get("held_out_split_comm_error_floor_max", v.get("held_out_split_comm_error_max"))
     if err is not None and err > BARS["median"]:
         out.append(f"- {name}: median error {err:.1%}, {100 * (err - BARS['median']):.1f} points over the "
                    f"{BARS['median']:.0%} bar{because}")
     if rank is not None and rank < BARS["rank"]:
-        out.append(f"- {name}: rank correlation {rank:.2f}, {BARS['rank'] - rank:.2f} under the {BARS['rank']} "
+        digits = 2 if round(rank, 2) < BARS["rank"] else 4  # 0.7998 is no "0.80, 0.00 under"
+        out.append(f"- {name}: rank correlation {rank:.{digits}f}, {BARS['rank'] - rank:.{digits}f} under the {BARS['rank']} "
                    f"bar{because}")
     if comm is not None and comm > BARS["comm"]:
-        out.append(f"- {name}: communication off by up to {comm:.1%}, over the {BARS['comm']:.0%} bar")
+        out.append(f"- {name}: communication off by up to {comm:.1%} (of the bytes, or of 1 MB where fewer "
+                   f"cross), over the {BARS['comm']:.0%} bar")
     return out
 
 
@@ -184,7 +187,8 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
     if summary["validation"]:
         lines += ["Held out = not used in the calibration and splitting the step over both workers; rank "
                   "correlation: Spearman's, simulated against measured step times (goal: median <= 5%, bar 10%; "
-                  "rank correlation goal >= 0.9, bar 0.8; communication within 2%). Noise: the median spread "
+                  "rank correlation goal >= 0.9, bar 0.8; communication within 2% of the bytes, or of 1 MB where fewer "
+                  "cross: the largest such error in `max comm. error`). Noise: the median spread "
                   "(IQR / median) of a strategy's timed steps, the share of pairs whose IQRs do not overlap "
                   "(resolved) and the share of those the simulator orders alike; load: the machine's highest "
                   "1-minute load average during the measurements.", "",
@@ -194,7 +198,7 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
         lines += [f"| {model} | {v['strategies']} | {_pct(v['step_error_median'])} | "
                   f"{v['held_out_split_strategies']} | {_pct(v['held_out_split_step_error_median'])} | "
                   f"{_pct(v['held_out_split_step_error_p90'])} | {_corr(v['rank_correlation'])} | "
-                  f"{_corr(v['held_out_split_rank_correlation'])} | {_pct(v.get('held_out_split_comm_error_max'))} | "
+                  f"{_corr(v['held_out_split_rank_correlation'])} | {_pct(v.get('held_out_split_comm_error_floor_max'))} | "
                   f"{_pct(v.get('held_out_split_spread_median'))} | {_pct(v.get('held_out_split_resolved_pairs'))} | "
                   f"{_pct(v.get('held_out_split_resolved_concordance'))} | {_corr(v.get('load_max'))} |"
                   for model, v in summary["validation"].items()]
