@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation search-variety bounds learned-list-policy learned-list-table validate clean
+	search-table ablation anneal-calibration search-variety bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -83,10 +83,13 @@ search-table: $(STAMP)  ## Trinity and Hierarchical vs every placer (needs `make
 	$(PY) benchmarks/search_table.py $(REFERENCE_GNMT) $(wildcard data/inception_v3_profiled.json.gz data/gnmt_profiled.json.gz) \
 		--csv reports/search_table.csv
 
-ablation: $(STAMP)  ## Trinity from scratch, change by change, 2 seeds on 3 cases (needs `make repro`'s data/; ~60 min)
-	$(PY) benchmarks/search_ablation.py --seeds 2 --csv reports/search_ablation.csv \
+ablation: $(STAMP)  ## Trinity from scratch, change by change, 5 seeds on 3 cases (needs `make repro`'s data/; resumes from its CSV; ~30 min)
+	$(PY) benchmarks/search_ablation.py --seeds 5 --csv reports/search_ablation.csv \
 		--case data/inception_v3/profile/graph.json.gz:p100x2 --case data/inception_v3/profile/graph.json.gz:p100x4 \
 		--case $(REFERENCE_GNMT):p100x4
+
+anneal-calibration: $(STAMP)  ## how cold calibrated annealing starts: accept_start on 4 graph families, 2 budgets (needs `make repro`'s data/; ~17 min)
+	$(PY) benchmarks/anneal_calibration.py --csv reports/anneal_calibration.csv
 
 bounds: $(STAMP)  ## room left: a lower bound counting communication per op-placement case (needs `make repro`'s data/; ~6 min)
 	$(PY) benchmarks/bounds.py --time-limit 60 --nodes 40 --csv results/bounds.csv
