@@ -176,10 +176,16 @@ def plot_time_to_quality(search: pd.DataFrame, cases: pd.DataFrame, model: str, 
         ax.axhline(case["lower_bound_ms"].dropna().iloc[0], color="grey", ls="-.", lw=1, label="lower bound")
     ax.set_xscale("symlog", linthresh=1.0)
     ax.set_xlim(left=0)  # sub-second searches would otherwise get a negative tick beside 0
+    cut = ""
+    if len(placers) and drawn:  # from-scratch searches start 5-10x above: the axis would squash the end
+        top = 1.6 * float(best["step_time_ms_mean"])
+        if ax.get_ylim()[1] > top:
+            ax.set_ylim(top=top)
+            cut = "; y axis cut at 1.6x the best placer"
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
     ax.set_xlabel("search wall time (s; warm-start imitation not counted)")
     ax.set_ylabel("best simulated step time so far (ms)")
-    ax.set_title(f"{model} on {cluster}: time to quality, every seed")
+    ax.set_title(f"{model} on {cluster}: time to quality, every seed{cut}")
     ax.legend(fontsize=7, loc="best")
     _save(fig, path)
     return drawn
