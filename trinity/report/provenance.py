@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trinity.rl import defaults
+
 
 # what makes a run, not what it made; from the checkout's top, so an experiment's own folder sees the same
 CODE = tuple(f":(top,glob){p}" for p in ("trinity/**", "pipeline/**", "conf/**", "**/params.yaml", "**/dvc.yaml",
@@ -36,11 +38,9 @@ def budget(method: dict[str, Any]) -> str:
     """One method's budget in words (a placer has none)."""
     kind = method.get("kind")
     if kind == "search":
-        from trinity.rl.search import SearchConfig
-
         search = method.get("search") or {}
         # a key the method leaves unset runs at the loop's default: say that, not "None"
-        iterations, batch = (search.get(k) if search.get(k) is not None else getattr(SearchConfig, k)
+        iterations, batch = (search.get(k) if search.get(k) is not None else getattr(defaults, k.upper())
                              for k in ("iterations", "batch"))
         text = f"{iterations} iterations x {batch} samples"
         if search.get("warm_start"):

@@ -31,7 +31,7 @@ from trinity.graph.ir import OpGraph
 from trinity.placement import Strategy as StrategyFile
 from trinity.progress import progress as progress_bar
 from trinity.reward import MDPEConfig
-from trinity.rl import checkpoint
+from trinity.rl import checkpoint, defaults
 from trinity.rl.agent import DEFAULT_METHOD, Agent, AgentContext, agent_class, agent_options, check_range
 from trinity.rl.checkpoint import checkpoint_run_id  # noqa: F401  (re-exported for the CLI and stages)
 from trinity.rl.warm_start import WARM_START_PLACERS, warm_start  # noqa: F401  (re-exported)
@@ -47,8 +47,8 @@ class SearchConfig:
     """One search: the loop's settings; the method's own are in ``agent`` (typed by its Agent.Options)."""
 
     method: str = DEFAULT_METHOD
-    iterations: int = 1000
-    batch: int = 8  #: strategies sampled per iteration
+    iterations: int = defaults.ITERATIONS
+    batch: int = defaults.BATCH  #: strategies sampled per iteration
     seed: int = 0
     threads: int = 1  #: torch threads
     sim_threads: int | None = None  #: threads simulating a batch; None = the machine's cores
