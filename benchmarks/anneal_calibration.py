@@ -62,14 +62,14 @@ def main() -> None:
     jobs = list(itertools.product(graphs(args).items(), ("p100x2", "p100x4"), range(args.seeds), settings, accepts))
     rows, starts = [], {}
     for (name, graph), cluster_name, seed, (start, budget), accept in progress(jobs, desc="annealing"):
-        cluster = load_cluster(cluster_name)
-        sim = Simulator(graph, cluster)
         key = (name, cluster_name, seed, start)
-        if key not in starts:
-            starts[key] = (best_by_reward(WARM_START_PLACERS, graph, cluster, reward, seed=seed, simulator=sim)
-                           if start == "best" else start_placement("single", graph, cluster, seed=seed))
-        placer, initial = starts[key]
-        start_ms = sim.simulate(initial).step_time_us / 1e3
+        if key not in starts:  # the start, its simulator and step time: once per case, for every accept_start
+            cluster = load_cluster(cluster_name)
+            sim = Simulator(graph, cluster)
+            placer, initial = (best_by_reward(WARM_START_PLACERS, graph, cluster, reward, seed=seed, simulator=sim)
+                               if start == "best" else start_placement("single", graph, cluster, seed=seed))
+            starts[key] = (cluster, sim, placer, initial, sim.simulate(initial).step_time_us / 1e3)
+        cluster, sim, placer, initial, start_ms = starts[key]
         t0 = time.perf_counter()
         result = anneal(graph, cluster, initial, budget=budget, seed=seed, reward=reward, simulator=sim,
                         accept_start=accept)

@@ -102,7 +102,11 @@ class _Moves:
         return self.unit_device[self.unit_of_op]
 
 
-def calibrate(drops: np.ndarray, *, accept_start: float = 0.005, accept_end: float = 0.001,
+#: the calibrated schedule's defaults (module docstring): a cold start, an end where almost no drop is accepted
+ACCEPT_START, ACCEPT_END = 0.005, 0.001
+
+
+def calibrate(drops: np.ndarray, *, accept_start: float = ACCEPT_START, accept_end: float = ACCEPT_END,
               end_quantile: float = 0.1) -> tuple[float, float]:
     """(t_start, t_end) from the reward drops (> 0) of random moves: the median drop accepted with
     probability ``accept_start`` at first, the ``end_quantile`` drop with ``accept_end`` at the end."""
@@ -117,8 +121,8 @@ def calibrate(drops: np.ndarray, *, accept_start: float = 0.005, accept_end: flo
 
 def anneal(graph: OpGraph, cluster: Cluster, start: np.ndarray, *, budget: int, seed: int = 0,
            reward: Callable[[SimResult], float] | None = None, t_start: float | None = None,
-           t_end: float | None = None, calibration_moves: int = 100, accept_start: float = 0.005,
-           accept_end: float = 0.001, max_moved: int = 3, simulator: Simulator | None = None) -> AnnealResult:
+           t_end: float | None = None, calibration_moves: int = 100, accept_start: float = ACCEPT_START,
+           accept_end: float = ACCEPT_END, max_moved: int = 3, simulator: Simulator | None = None) -> AnnealResult:
     """Anneal from ``start`` (a placement) for ``budget`` simulator calls; the best placement seen.
     ``t_start``/``t_end`` None: calibrated from ``calibration_moves`` random moves (see module docstring)."""
     if not (isinstance(budget, int) and budget >= 1):
