@@ -36,11 +36,11 @@ params: $(STAMP)  ## compose conf/ into the experiment's params.yaml (dvc repro 
 	$(PY) -m trinity.stages.params experiment=$(EXPERIMENT)
 
 estimate: params  ## the experiment's wall time here and on SLURM, from costs measured here (cached in runs/estimate)
-	$(PY) -m trinity.stages.estimate --print-only --out reports/estimate_$(EXPERIMENT).json
+	$(PY) -m trinity.stages.estimate --experiment $(EXPERIMENT) --print-only --out reports/estimate_$(EXPERIMENT).json
 
 # The paper experiment prints its estimate and asks first (YES=1 answers yes).
 repro: params  ## the main job: the default pipeline end to end (reports/, mlflow.db)
-	$(if $(filter paper,$(EXPERIMENT)),$(PY) -m trinity.stages.estimate $(if $(YES),--yes))
+	$(if $(filter paper,$(EXPERIMENT)),$(PY) -m trinity.stages.estimate --experiment paper $(if $(YES),--yes))
 	$(PY) -m trinity.stages.tracked $(EXPERIMENT) -- dvc repro
 
 MODEL ?= inception_v3

@@ -8,7 +8,9 @@ through Hydra's submitit launcher (`hydra/launcher=submitit_slurm_trinity`, one 
 (seed 0, as the pipeline runs them) and the searches. It needs SLURM_CONF and MLFLOW_TRACKING_URI, which
 `python -m trinity.slurm` sets. The JSON holds the measured wall time, the slice's estimate on the same slots
 (trinity.estimate), the whole experiment's estimate, and that estimate scaled by measured / estimated, with
-the load average sampled during the run (the machine may be shared).
+the load average sampled during the run (the machine may be shared). Beside it, a CSV of what the slice found:
+each method's step time per cluster, mean and spread over the seeds (``--results-only`` rewrites it from an
+earlier run's results).
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from omegaconf import OmegaConf
 from trinity.errors import TrinityError
 from trinity.estimate import estimate
 from trinity.fileio import write_json
-from trinity.stages.config import compose
+from trinity.report.results import per_case, search_results
+from trinity.stages.config import compose, experiment_dir
 from trinity.stages.estimate import LAUNCHER, hours, summary
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = "results/slice"  #: the slice's results, in the paper experiment's folder (never the committed default's)
 
 
 def run(argv: list[str]) -> float:
@@ -39,16 +43,32 @@ def run(argv: list[str]) -> float:
     return time.perf_counter() - t0
 
 
+def write_results(model: str, out: Path) -> None:
+    """The slice's searches and placers per cluster: step time mean, sample std and range over seeds."""
+    table = per_case(search_results(ROOT / experiment_dir("paper") / RESULTS))
+    table = table[table["model"] == model]
+    columns = ["cluster", "method", "seeds", "step_time_ms_mean", "step_time_ms_std", "step_time_ms_min",
+               "step_time_ms_max", "search_seconds"]
+    table[columns].round(3).to_csv(out, index=False)
+    print(f"the slice's results -> {out}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="inception_v3")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--cache", default="runs/estimate")
     parser.add_argument("--out", default="reports/paper_slice.json")
+    parser.add_argument("--results-only", action="store_true",
+                        help="only rewrite the results CSV (beside --out) from an earlier run's results")
     parser.add_argument("--override", action="append", default=[],
                         help="a Hydra override for every job and the estimate (a reduced check of the path: "
                              "no extrapolation then)")
     args = parser.parse_args()
+    results_csv = ROOT / Path(args.out).with_name(Path(args.out).stem + "_results.csv")
+    if args.results_only:
+        write_results(args.model, results_csv)
+        return 0
     for var in ("SLURM_CONF", "MLFLOW_TRACKING_URI"):
         if not os.environ.get(var):
             print(f"paper_slice: error: {var} is not set; run under `python -m trinity.slurm -- ...`", file=sys.stderr)
@@ -75,7 +95,7 @@ def main() -> int:
 
     threading.Thread(target=sample, daemon=True).start()
     common = ["experiment=paper", f"job.model={args.model}", f"mlflow.experiment=paper-slice-{args.model}",
-              "paths.results=results/slice", "hydra/launcher=submitit_slurm_trinity", "hydra.launcher.cpus_per_task=1",
+              f"paths.results={RESULTS}", "hydra/launcher=submitit_slurm_trinity", "hydra.launcher.cpus_per_task=1",
               "hydra.launcher.mem_gb=4", "hydra.launcher.timeout_min=600", *args.override]
     prepare = {stage: run([f"pipeline/{stage}.py", "experiment=paper", f"job.model={args.model}", *args.override])
                for stage in ("export", "profile", "embed")}
@@ -98,6 +118,7 @@ def main() -> int:
         "load_average": {"mean": sum(loads) / len(loads) if loads else None, "max": max(loads, default=None)},
     }
     write_json(ROOT / args.out, result)
+    write_results(args.model, results_csv)
     scaled = "" if args.override else f", {hours(result['paper_extrapolated_s']['local_slurm_s'])} scaled by the slice"
     whole = "" if args.override else \
         f"; the whole experiment: {hours(paper_estimate['local_slurm_s'])} estimated on this machine's SLURM{scaled}"

@@ -77,21 +77,46 @@ def test_the_summary_of_four_jobs():
 
 @pytest.fixture
 def composed(tmp_path, monkeypatch):
+    """The paper experiment composed into its folder, as `make params EXPERIMENT=paper` leaves it."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "params.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"run": {"name": "paper"}})))
-    monkeypatch.setattr(stage, "estimate", lambda cfg, cache: _rows())
+    (tmp_path / "experiments" / "paper").mkdir(parents=True)
+    (tmp_path / "experiments" / "paper" / "params.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(
+        {"run": {"name": "paper"}, "paths": {"data": "data", "runs": str(tmp_path / "elsewhere")}})))
+    seen = []
+    monkeypatch.setattr(stage, "estimate", lambda cfg, cache: seen.append(cfg) or _rows())
+    return seen
 
 
 def test_without_a_terminal_or_yes_nothing_starts(composed, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
-    assert stage.main([]) == 1
+    assert stage.main(["--experiment", "paper"]) == 1
     out, err = capsys.readouterr()
+    assert "Estimate of experiment 'paper'" in out
     assert "this machine, one job at a time (dvc repro): 3.1 min" in out
     assert err.strip() == "trinity estimate: not started: confirm with YES=1 (make) or --yes"
-    assert stage.main(["--yes"]) == 0 and stage.main(["--print-only"]) == 0
+    assert stage.main(["--experiment", "paper", "--yes"]) == 0
+    assert stage.main(["--experiment", "paper", "--print-only"]) == 0
 
 
-def test_without_params_it_names_the_command(tmp_path, monkeypatch, capsys):
+def test_an_experiment_is_read_from_its_folder_with_its_paths_there(composed, tmp_path):
+    assert stage.main(["--experiment", "paper", "--print-only"]) == 0
+    assert composed[0].run.name == "paper"
+    assert composed[0].paths.data == "experiments/paper/data"  # where its stages put its graphs
+    assert composed[0].paths.runs == str(tmp_path / "elsewhere")  # an absolute path stays
+
+
+def test_without_params_it_names_the_file_and_the_command(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert stage.main([]) == 2
-    assert capsys.readouterr().err.strip() == "trinity estimate: error: params.yaml: missing; run `make params` first"
+    assert capsys.readouterr().err.strip() == \
+        "trinity estimate: error: params.yaml: missing; run `make params EXPERIMENT=default` first"
+    assert stage.main(["--experiment", "paper"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "trinity estimate: error: experiments/paper/params.yaml: missing; run `make params EXPERIMENT=paper` first"
+
+
+def test_params_of_another_experiment_are_refused(composed, tmp_path, capsys):
+    (tmp_path / "params.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"run": {"name": "smoke"}})))
+    assert stage.main(["--print-only"]) == 2
+    assert capsys.readouterr().err.strip() == ("trinity estimate: error: params.yaml: run.name: composes experiment "
+                                               "'smoke', not 'default'; run `make params EXPERIMENT=default`")

@@ -1,7 +1,9 @@
-"""Print how long the composed experiment (params.yaml) will take, then ask before it starts.
+"""Print how long the composed experiment (its params.yaml) will take, then ask before it starts.
 
-    python -m trinity.stages.estimate [--yes | --print-only] [--cache runs/estimate] [--out FILE]
+    python -m trinity.stages.estimate [--experiment NAME] [--yes | --print-only] [--cache runs/estimate] [--out FILE]
 
+The experiment is the one `make params EXPERIMENT=NAME` composed into its folder (``experiments/NAME/``; the
+default experiment's is the checkout root); its data paths are read from that folder, as its stages read them.
 `make repro EXPERIMENT=paper` runs it first (`YES=1` answers for you). The figures come from costs
 measured here (trinity.estimate): the wall time on this machine one job at a time (as `dvc repro` runs),
 on this machine's SLURM (one job per CPU), per SLURM job, and on a cluster running the launcher's
@@ -21,7 +23,7 @@ from omegaconf import OmegaConf
 from trinity.errors import TrinityError
 from trinity.estimate import Row, estimate, job_durations, makespan
 from trinity.fileio import write_json
-from trinity.stages.config import PARAMS_FILE
+from trinity.stages.config import DEFAULT_EXPERIMENT, PARAMS_FILE, experiment_dir
 
 LAUNCHER = Path(__file__).resolve().parents[2] / "conf" / "hydra" / "launcher" / "submitit_slurm_trinity.yaml"
 
@@ -63,8 +65,26 @@ def report(name: str, rows: list[Row], s: dict) -> str:
     return "\n".join(lines)
 
 
+def load_experiment(name: str):
+    """The composed config of experiment ``name``, its relative paths (data/, results/, ...) rebased onto its
+    folder, so the estimate finds the graphs its stages made."""
+    folder = experiment_dir(name)
+    params = folder / PARAMS_FILE
+    if not params.exists():
+        raise TrinityError(f"missing; run `make params EXPERIMENT={name}` first", source=str(params))
+    cfg = OmegaConf.load(params)
+    if cfg.run.name != name:
+        raise TrinityError(f"composes experiment {cfg.run.name!r}, not {name!r}; run `make params "
+                           f"EXPERIMENT={name}`", source=str(params), field="run.name")
+    for key, value in (cfg.get("paths") or {}).items():
+        if value is not None and not Path(value).is_absolute():
+            cfg.paths[key] = str(folder / value)
+    return cfg
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trinity.stages.estimate", description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="whose params.yaml (default: %(default)s)")
     parser.add_argument("--yes", action="store_true", help="start without asking")
     parser.add_argument("--print-only", action="store_true", help="print the estimate and stop")
     parser.add_argument("--cache", default="runs/estimate", help="where probes and graphs are cached")
@@ -73,11 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="jobs at once on this machine's SLURM (default: its CPUs)")
     args = parser.parse_args(argv)
     try:
-        cfg = OmegaConf.load(PARAMS_FILE)
+        cfg = load_experiment(args.experiment)
         rows = estimate(cfg, args.cache)
-    except FileNotFoundError:
-        print(f"trinity estimate: error: {PARAMS_FILE}: missing; run `make params` first", file=sys.stderr)
-        return 2
     except TrinityError as exc:
         print(f"trinity estimate: error: {exc}", file=sys.stderr)
         return 2
