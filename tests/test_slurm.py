@@ -24,6 +24,7 @@ from trinity.track import TrackingServer
 
 pytestmark = pytest.mark.slow
 
+SMOKE = "experiments/smoke"  # the smoke experiment's folder: its data, runs/ and results (paths.*)
 SEEDS = (0, 1, 2, 3)
 ITERATIONS = 400  # about 20 s of search per job here
 SWEEP = ["pipeline/search.py", "-m", "experiment=smoke", "hydra/launcher=submitit_slurm_trinity",
@@ -45,7 +46,7 @@ def cluster(tmp_path_factory):
     project = make_project(tmp_path_factory.mktemp("slurm"))
     sh(sys.executable, "-m", "trinity.stages.params", "experiment=smoke", "run.models=[layered12]",
        "run.regime.models=[]", cwd=project)
-    sh(BIN / "dvc", "repro", "embed@layered12", cwd=project, timeout=600)
+    sh(BIN / "dvc", "repro", "embed@layered12", cwd=project / SMOKE, timeout=600)  # the smoke experiment's data
     with local.LocalSlurm(cpus=2) as slurm, TrackingServer(project / "tracking") as server:
         yield project, slurm, {**slurm.env, "PATH": ENV["PATH"], "MLFLOW_TRACKING_URI": server.uri,
                                "PYTHONUNBUFFERED": "1"}, server.uri
@@ -54,6 +55,12 @@ def cluster(tmp_path_factory):
 def sweep(project, env, sweep_dir, *extra) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, *SWEEP, f"hydra.sweep.dir={sweep_dir}", *extra], cwd=project, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def job_errors(project: Path, sweep_dir: str) -> str:
+    """The end of each SLURM job's stderr (submitit's logs), for a failure's message."""
+    logs = sorted((project / sweep_dir / ".submitit").glob("*/*_log.err"))
+    return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}" for log in logs)
 
 
 def runs(uri: str):
@@ -91,8 +98,8 @@ def cancelled(cluster):
         queue = dict(slurm.queue())
         states.append(queue)
         first = next((job for job, state in queue.items() if job.endswith("_0") and state == "RUNNING"), None)
-        if cancelled_at is None and first and list(project.glob("runs/layered12-p100x2-hierarchical-s0-*/"
-                                                                 "checkpoint.pt")):
+        if cancelled_at is None and first and list((project / SMOKE).glob("runs/layered12-p100x2-hierarchical-s0-*/"
+                                                                           "checkpoint.pt")):
             subprocess.run(["scancel", first], env=env, check=True, timeout=60)
             cancelled_at = first
         time.sleep(0.5)
@@ -103,7 +110,7 @@ def cancelled(cluster):
     while slurm.queue() and time.monotonic() < deadline:
         states.append(dict(slurm.queue()))
         time.sleep(0.5)
-    assert cancelled_at, f"seed 0's job never ran with a checkpoint: {out[-3000:]}"
+    assert cancelled_at, f"seed 0's job never ran with a checkpoint: {out[-3000:]}\n{job_errors(project, 'sweeps/first')}"
     return states, out, runs(uri)
 
 
@@ -140,7 +147,8 @@ def test_a_resubmitted_sweep_resumes_the_cancelled_job_from_its_checkpoint(clust
     assert sorted(after["run_id"]) == sorted(before["run_id"])  # the same parent and the same four runs
     assert set(after["status"]) == {"FINISHED"}
     logs = "".join(p.read_text() for p in Path(project, "sweeps", "second", ".submitit").rglob("*_0_log.out"))
-    resumed = [line for line in logs.splitlines() if line.startswith("resuming runs/layered12-p100x2-hierarchical-s0")]
+    resumed = [line for line in logs.splitlines()
+               if line.startswith(f"resuming {SMOKE}/runs/layered12-p100x2-hierarchical-s0")]
     assert resumed and int(resumed[0].rsplit(" ", 1)[1]) > 0, logs[-3000:]
     s0 = after[after["tags.mlflow.runName"] == "search/layered12-p100x2-hierarchical-s0"]
     from mlflow.tracking import MlflowClient
