@@ -110,7 +110,8 @@ def cancelled(cluster):
     while slurm.queue() and time.monotonic() < deadline:
         states.append(dict(slurm.queue()))
         time.sleep(0.5)
-    assert cancelled_at, f"seed 0's job never ran with a checkpoint: {out[-3000:]}\n{job_errors(project, 'sweeps/first')}"
+    assert cancelled_at, \
+        f"seed 0's job never ran with a checkpoint: {out[-3000:]}\n{job_errors(project, 'sweeps/first')}"
     return states, out, runs(uri)
 
 
