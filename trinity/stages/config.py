@@ -168,6 +168,20 @@ def experiment_dir(name: str) -> Path:
     return Path(".") if name == DEFAULT_EXPERIMENT else EXPERIMENTS_DIR / str(name)
 
 
+def experiment_params(name: str) -> tuple[Path, DictConfig]:
+    """Experiment ``name``'s folder and the config `make params EXPERIMENT=name` composed there; a missing file
+    or one composed for another experiment is refused naming the command that makes it."""
+    folder = experiment_dir(name)
+    params = folder / PARAMS_FILE
+    if not params.exists():
+        raise TrinityError(f"missing; run `make params EXPERIMENT={name}` first", source=str(params))
+    cfg = OmegaConf.load(params)
+    if cfg.run.name != name:
+        raise TrinityError(f"composes experiment {cfg.run.name!r}, not {name!r}; run `make params "
+                           f"EXPERIMENT={name}`", source=str(params), field="run.name")
+    return folder, cfg
+
+
 def rebased_pipeline(text: str, folder: Path) -> str:
     """The root dvc.yaml's text for a pipeline in ``folder``: the scripts and code it runs and depends on
     (``pipeline/``, ``trinity/``) named from there; outputs and parameters are the folder's own."""

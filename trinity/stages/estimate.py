@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from trinity.errors import TrinityError
 from trinity.estimate import Row, estimate, job_durations, makespan
 from trinity.fileio import write_json
-from trinity.stages.config import DEFAULT_EXPERIMENT, PARAMS_FILE, experiment_dir
+from trinity.stages.config import DEFAULT_EXPERIMENT, experiment_params
 
 LAUNCHER = Path(__file__).resolve().parents[2] / "conf" / "hydra" / "launcher" / "submitit_slurm_trinity.yaml"
 
@@ -68,14 +68,7 @@ def report(name: str, rows: list[Row], s: dict) -> str:
 def load_experiment(name: str):
     """The composed config of experiment ``name``, its relative paths (data/, results/, ...) rebased onto its
     folder, so the estimate finds the graphs its stages made."""
-    folder = experiment_dir(name)
-    params = folder / PARAMS_FILE
-    if not params.exists():
-        raise TrinityError(f"missing; run `make params EXPERIMENT={name}` first", source=str(params))
-    cfg = OmegaConf.load(params)
-    if cfg.run.name != name:
-        raise TrinityError(f"composes experiment {cfg.run.name!r}, not {name!r}; run `make params "
-                           f"EXPERIMENT={name}`", source=str(params), field="run.name")
+    folder, cfg = experiment_params(name)
     for key, value in (cfg.get("paths") or {}).items():
         if value is not None and not Path(value).is_absolute():
             cfg.paths[key] = str(folder / value)

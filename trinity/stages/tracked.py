@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from trinity.errors import TrinityError
 from trinity.relay import Relay
-from trinity.stages.config import DEFAULT_EXPERIMENT, PARAMS_FILE, experiment_dir
+from trinity.stages.config import DEFAULT_EXPERIMENT, experiment_params
 from trinity.track import PARENT_ENV, MLflowTracker, open_store
 
 #: when the pipeline started (seconds since the epoch): the report states the wall time so far
@@ -37,14 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = names[0] if names else DEFAULT_EXPERIMENT
     try:
-        folder = experiment_dir(name)
-        params = folder / PARAMS_FILE
-        if not params.exists():
-            raise TrinityError(f"missing; run `make params EXPERIMENT={name}` first", source=str(params))
-        cfg = OmegaConf.load(params)
-        if cfg.run.name != name:
-            raise TrinityError(f"composes experiment {cfg.run.name!r}, not {name!r}; run `make params "
-                               f"EXPERIMENT={name}`", source=str(params), field="run.name")
+        folder, cfg = experiment_params(name)
         uri = open_store(cfg.mlflow.uri)
     except TrinityError as exc:
         print(f"trinity: error: {exc}", file=sys.stderr)
