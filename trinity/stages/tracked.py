@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from trinity.errors import TrinityError
 from trinity.relay import Relay
-from trinity.stages.config import DEFAULT_EXPERIMENT, experiment_params
+from trinity.stages.config import DEFAULT_EXPERIMENT, PARAMS_FILE, experiment_params
 from trinity.track import PARENT_ENV, MLflowTracker, open_store
 
 #: when the pipeline started (seconds since the epoch): the report states the wall time so far
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         code = child.wait()
     finally:
         jobs_relay.close()
-    for path in (params, folder / "dvc.lock"):
+    for path in (folder / PARAMS_FILE, folder / "dvc.lock"):
         if path.exists():
             tracker.log_artifact(path)
     code = 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
