@@ -1,7 +1,9 @@
 """Why Trinity from scratch sat uniform and then collapsed, change by change: `make ablation`.
 
 Each variant adds one change to the one before, from the paper's Trinity as this project first ran
-it (sequential seq2seq decoder, uniform start, Adam 1e-3, batch 8) to today's defaults; every
+it (sequential seq2seq decoder, uniform start, Adam 1e-3, batch 8) to today's defaults, then two
+not kept on top of them; the last two ("default + ...") each add one change to the defaults alone
+(advantages normalised by the batch's reward std; self-imitation of the best strategy sampled); every
 variant runs the default experiment's budget (100 iterations) from scratch, over 5 seeds, on each
 case. Writes one row per run (``--csv``) and prints mean +/- standard deviation of the best step
 time per case and variant, beside the best placer's, with the share of compute on the busiest
@@ -41,6 +43,9 @@ VARIANTS = [
     ("+ block prior on devices", 8, {"lr": 1e-2, "policy": {"decoder": "parallel", "topo_prior": 1.0,
                                                              "block_prior": 3.0}}),
     ("+ batch 32", 32, {"lr": 1e-2, "policy": {"decoder": "parallel", "topo_prior": 1.0, "block_prior": 3.0}}),
+    # off the default (the locality prior's row), not cumulative: two standard fixes for a policy that collapses
+    ("default + normalised advantages", 8, {"normalize_advantages": True}),
+    ("default + self-imitation x10", 8, {"self_imitation": 10.0}),
 ]
 PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
 

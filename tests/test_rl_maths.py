@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trinity.rl.algorithms import EMABaseline, ppo_loss, reinforce_loss
+from trinity.rl.algorithms import EMABaseline, normalised_advantages, ppo_loss, reinforce_loss
 
 
 def test_ema_baseline():
@@ -42,3 +42,11 @@ def test_reinforce_loss():
     assert loss.item() == pytest.approx(-(-1.0 + 6.0) / 2)
     loss.backward()
     assert logp.grad.tolist() == [-0.5, 1.5]
+
+
+def test_normalised_advantages():
+    # mean 2, sample std 1
+    assert normalised_advantages(torch.tensor([1.0, 2.0, 3.0])).tolist() == pytest.approx([-1.0, 0.0, 1.0])
+    # mean 4, sample std sqrt(8): the scale of the rewards does not matter
+    assert normalised_advantages(torch.tensor([2.0, 6.0])).tolist() == pytest.approx([-2 ** -0.5, 2 ** -0.5])
+    assert normalised_advantages(torch.tensor([5.0])).tolist() == [0.0]  # one sample: no relative signal

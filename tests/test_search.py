@@ -359,6 +359,8 @@ def test_the_agent_loop_reproduces_the_search_before_the_move(tmp_path, key):
     ({"agent": {"policy": {"lstm_units": 3}}}, "agent.policy.lstm_units"),
     ({"method": "hierarchical", "agent": {"ppo_epochs": 2}}, "agent.ppo_epochs"),
     ({"warm_start": "m-ect"}, "warm_start"),
+    ({"agent": {"self_imitation": -1.0}}, "agent.self_imitation"),
+    ({"agent": {"self_imitation": 1.0, "policy": {"decoder": "sequential"}}}, "agent.self_imitation"),
 ])
 def test_bad_search_settings_are_refused_naming_the_field(settings, field):
     with pytest.raises(TrinityError) as err:
@@ -377,3 +379,31 @@ def test_cli_refuses_a_bad_option_in_one_line(tmp_path, capsys):
         assert main(["search", str(graph_file), "--cluster", "cpu2", "--no-mlflow", *extra]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and field in err, err
+
+
+def test_self_imitation_keeps_the_best_sample_and_pulls_the_policy_to_it(tmp_path):
+    import torch
+
+    cfg = config("trinity", 1, agent={"self_imitation": 10.0})
+    s = Search(two_chains(), cluster(), cfg, tmp_path, progress=False)
+    agent = s.agent
+    samples = agent.sample(cfg.batch, s.generator, 0)
+    rewards = torch.arange(cfg.batch, dtype=torch.float32)  # the last sample is the best
+    stats = agent.update(samples, rewards, 0)
+    groups, devices, reward = agent.elite
+    assert reward == cfg.batch - 1
+    assert torch.equal(groups, samples.data.groups[-1]) and torch.equal(devices, samples.data.devices[-1])
+    assert stats["losses/self_imitation"] > 0
+    # a worse batch leaves the elite; a few updates make it likelier than it was
+    elite = agent.sample(1, s.generator, None).data
+    elite.groups, elite.devices = groups[None], devices[None]
+    before = float(agent.policy.log_prob(elite)[0].sum())
+    for i in range(1, 6):
+        agent.update(agent.sample(cfg.batch, s.generator, i), torch.full((cfg.batch,), -1.0), i)
+    assert agent.elite[2] == reward
+    elite.distributions = None
+    assert float(agent.policy.log_prob(elite)[0].sum()) > before
+    # the checkpoint carries it
+    twin = Search(two_chains(), cluster(), cfg, tmp_path / "twin", progress=False).agent
+    twin.load_state_dict(agent.state_dict())
+    assert torch.equal(twin.elite[0], groups) and twin.elite[2] == reward

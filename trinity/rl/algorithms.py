@@ -9,6 +9,7 @@
   ratio of a joint probability over hundreds of decisions leaves [1-eps, 1+eps]
   after the smallest update.
 * `reinforce_loss`: L = -mean(A * logp) (Williams 1992), as Hierarchical uses.
+* `normalised_advantages`: A = (R - mean(R)) / std(R) within one batch (CleanRL's norm_adv).
 """
 
 from __future__ import annotations
@@ -48,3 +49,10 @@ def ppo_loss(logp_new: torch.Tensor, logp_old: torch.Tensor, advantages: torch.T
 
 def reinforce_loss(logp: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
     return -(advantages * logp).mean()
+
+
+def normalised_advantages(rewards: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(R - mean) / (sample std + eps) over the batch; zeros for a batch of one."""
+    if len(rewards) < 2:
+        return torch.zeros_like(rewards)
+    return (rewards - rewards.mean()) / (rewards.std() + eps)

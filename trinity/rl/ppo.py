@@ -9,7 +9,9 @@ Read top to bottom, as CleanRL's ppo.py:
   moving average of the batch means (``baseline_decay``);
 * the update runs ``ppo_epochs`` epochs of PPO's clipped objective in which every decision of a
   strategy (each unit's group, each group's device) is an action sharing its strategy's advantage,
-  minus ``entropy_coef`` times the mean per-decision entropy; Adam, gradient-norm clip.
+  minus ``entropy_coef`` times the mean per-decision entropy, plus (``self_imitation``, off by
+  default) that weight times the mean negative log-likelihood of the best strategy sampled so far;
+  Adam, gradient-norm clip.
 
 PPO's old log-probabilities are those of the distribution that sampled (its dropout mask and
 noise), computed exactly as the update computes the new ones, so the ratio before the first step
@@ -18,16 +20,17 @@ is exactly 1.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from trinity.cluster import Cluster
+from trinity.errors import TrinityError
 from trinity.features import op_features
 from trinity.graph.ir import OpGraph
 from trinity.reward import mdpe_reward
 from trinity.rl.agent import AgentContext, Samples, TwoLevelAgent, check_range, register
-from trinity.rl.algorithms import EMABaseline, ppo_loss
+from trinity.rl.algorithms import EMABaseline, normalised_advantages, ppo_loss
 from trinity.rl.policy import PlacementPolicy, PolicyConfig, UnitGraph
 
 
@@ -48,6 +51,12 @@ class TrinityOptions:
     noise_max: float = 0.1  #: logit noise at iteration 0, decaying linearly ...
     noise_steps: int = 500  #: ... to zero here
     grad_clip: float = 1.0
+    #: self-imitation (Oh et al. 2018): weight of the negative log-likelihood of the best strategy sampled so
+    #: far, added to PPO's loss each epoch; 0 = off (see the README's ablation)
+    self_imitation: float = 0.0
+    #: advantages (R - mean R) / std R within each batch (CleanRL's norm_adv) instead of R - b: the update's
+    #: size then follows neither the reward's scale nor the baseline's lag; off (see the README's ablation)
+    normalize_advantages: bool = False
     embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
@@ -65,6 +74,10 @@ class TrinityOptions:
         check_range("trinity", "noise_max", self.noise_max, 0, 10.0)
         check_range("trinity", "noise_steps", self.noise_steps, 0)
         check_range("trinity", "grad_clip", self.grad_clip, 0, low_open=True)
+        check_range("trinity", "self_imitation", self.self_imitation, 0, 100.0)
+        if self.self_imitation and self.policy.decoder != "parallel":
+            raise TrinityError("needs policy.decoder=parallel (the sequential decoder's noise is drawn per sample)",
+                               field="self_imitation")
         check_range("trinity", "embedding_dim", self.embedding_dim, 1, 1024)
         check_range("trinity", "policy.lstm_hidden", self.policy.lstm_hidden, 1, 4096)
 
@@ -96,6 +109,7 @@ class TrinityAgent(TwoLevelAgent):
             self.torch_rng = torch.get_rng_state()
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=lr, foreach=True)
         self.baseline = EMABaseline(options.baseline_decay)
+        self.elite: tuple[torch.Tensor, torch.Tensor, float] | None = None  #: self-imitation's target
 
     def reward(self, result) -> float:
         return mdpe_reward(result, self.ctx.reward)
@@ -120,13 +134,25 @@ class TrinityAgent(TwoLevelAgent):
     def update(self, samples: Samples, rewards: torch.Tensor, iteration: int) -> dict[str, float]:
         o, strategy = self.options, samples.data
         advantages = self.baseline.advantages(rewards)
+        if o.normalize_advantages:
+            advantages = normalised_advantages(rewards)
         logp_old = strategy.logp  # of the distribution sampled: its dropout mask and noise (see Strategy)
+        b = len(rewards)
+        if o.self_imitation:
+            self._keep_elite(strategy, rewards)
+            # the elite rides along as one more row: the parallel decoder's distributions are the batch's
+            strategy = replace(strategy, groups=torch.cat([strategy.groups, self.elite[0][None]]),
+                               devices=torch.cat([strategy.devices, self.elite[1][None]]))
         self.policy.train()
+        imitation = torch.zeros(())
         for _ in range(o.ppo_epochs):
             logp, entropy = self.policy.log_prob(strategy)
             # every decision is an action sharing its strategy's advantage
-            loss, stats = ppo_loss(logp, logp_old, advantages[:, None].expand_as(logp), o.clip)
+            loss, stats = ppo_loss(logp[:b], logp_old, advantages[:, None].expand_as(logp_old), o.clip)
             total = loss - o.entropy_coef * entropy
+            if o.self_imitation:
+                imitation = -logp[b].mean()
+                total = total + o.self_imitation * imitation
             self.optimizer.zero_grad()
             total.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), o.grad_clip)
@@ -134,4 +160,17 @@ class TrinityAgent(TwoLevelAgent):
         return {"losses/policy_loss": float(loss.detach()), "losses/entropy": float(entropy.detach()),
                 "losses/grad_norm": float(grad_norm), **{f"losses/{k}": v for k, v in stats.items()},
                 "charts/lr": self.optimizer.param_groups[0]["lr"], "charts/baseline": float(self.baseline.value),
-                "charts/noise": strategy.noise}
+                "charts/noise": strategy.noise, "losses/self_imitation": float(imitation.detach())}
+
+    def _keep_elite(self, strategy, rewards: torch.Tensor) -> None:
+        """The best (groups, devices, reward) sampled so far."""
+        i = int(torch.argmax(rewards))
+        if self.elite is None or float(rewards[i]) > self.elite[2]:
+            self.elite = (strategy.groups[i].clone(), strategy.devices[i].clone(), float(rewards[i]))
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "elite": self.elite}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.elite = state.get("elite")
