@@ -2,8 +2,9 @@
 
 Each variant adds one change to the one before, from the paper's Trinity as this project first ran
 it (sequential seq2seq decoder, uniform start, Adam 1e-3, batch 8) to today's defaults, then two
-not kept on top of them; the last two ("default + ...") each add one change to the defaults alone
-(advantages normalised by the batch's reward std; self-imitation of the best strategy sampled); every
+not kept on top of them; the last three ("default + ...") each add one change to the defaults alone
+(advantages normalised by the batch's reward std; self-imitation of the best strategy sampled, from
+the first update or once the policy agrees with it on 90% of the units); every
 variant runs the default experiment's budget (100 iterations) from scratch, over 5 seeds, on each
 case. Writes one row per run (``--csv``) and prints mean +/- standard deviation of the best step
 time per case and variant, beside the best placer's, with the share of compute on the busiest
@@ -46,6 +47,7 @@ VARIANTS = [
     # off the default (the locality prior's row), not cumulative: two standard fixes for a policy that collapses
     ("default + normalised advantages", 8, {"normalize_advantages": True}),
     ("default + self-imitation x10", 8, {"self_imitation": 10.0}),
+    ("default + self-imitation x10 at 90% agreement", 8, {"self_imitation": 10.0, "self_imitation_agreement": 0.9}),
 ]
 PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
 

@@ -5,13 +5,14 @@ measured-cost-like, seeds and sizes not used while choosing Trinity's settings) 
 DAGs, plus any graph files given, on 2 and 4 P100s. Per case: every placer, Trinity from scratch at the
 default experiment's budget (100 iterations x 8) over 2 seeds, and calibrated simulated annealing from
 one device (round-robin where one device cannot hold the graph) read at Trinity's own wall time.
-Writes one row per run (``--csv``), prints Trinity's and annealing's step time against m-ETF's and the
+``--agent`` sets Trinity's options (a variant of the defaults). Writes one row per run (``--csv``), prints Trinity's and annealing's step time against m-ETF's and the
 best placer's, with the busiest device's share of compute.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -49,6 +50,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--csv", default="reports/search_variety.csv")
+    parser.add_argument("--agent", type=json.loads, default={}, metavar="JSON",
+                        help="Trinity's options for these runs (the agent: block), e.g. '{\"self_imitation\": 10}'")
     args = parser.parse_args()
     rows = []
     for graph in graphs(args.graphs):
@@ -66,7 +69,7 @@ def main() -> None:
             for seed in progress(range(args.seeds), desc=case):
                 with tempfile.TemporaryDirectory() as tmp:
                     s = Search(graph, cluster, SearchConfig(iterations=args.iterations, seed=seed,
-                                                            checkpoint_every=10**9), tmp, progress=False,
+                                                            checkpoint_every=10**9, agent=args.agent), tmp, progress=False,
                                feature_cache="data/.features")
                     t0 = time.perf_counter()
                     best = s.run()

@@ -361,6 +361,7 @@ def test_the_agent_loop_reproduces_the_search_before_the_move(tmp_path, key):
     ({"warm_start": "m-ect"}, "warm_start"),
     ({"agent": {"self_imitation": -1.0}}, "agent.self_imitation"),
     ({"agent": {"self_imitation": 1.0, "policy": {"decoder": "sequential"}}}, "agent.self_imitation"),
+    ({"agent": {"self_imitation_agreement": 1.5}}, "agent.self_imitation_agreement"),
 ])
 def test_bad_search_settings_are_refused_naming_the_field(settings, field):
     with pytest.raises(TrinityError) as err:
@@ -407,3 +408,34 @@ def test_self_imitation_keeps_the_best_sample_and_pulls_the_policy_to_it(tmp_pat
     twin = Search(two_chains(), cluster(), cfg, tmp_path / "twin", progress=False).agent
     twin.load_state_dict(agent.state_dict())
     assert torch.equal(twin.elite[0], groups) and twin.elite[2] == reward
+
+
+def test_agreement_with_the_elite_by_hand(tmp_path):
+    """Expected share of units a sample puts on the elite's device: unit 0 sits in group 0, whose device 0 has
+    p 0.8; unit 1 is in groups 0 and 1 half and half, whose device 1 has p 0.2 and 0.6: (0.8 + 0.4) / 2."""
+    import torch
+
+    from trinity.rl.policy import Strategy
+
+    s = Search(two_chains(), cluster(), config("trinity", 1, agent={"self_imitation": 1.0}), tmp_path, progress=False)
+    log_part = torch.tensor([[1.0, 0.0], [0.5, 0.5]]).log()
+    log_sched = torch.tensor([[0.8, 0.2], [0.4, 0.6]]).log()
+    s.agent.elite = (torch.tensor([0, 1]), torch.tensor([0, 1]), 0.0)
+    strategy = Strategy(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long),
+                        distributions=(log_part, log_sched))
+    assert s.agent._agreement(strategy) == pytest.approx(0.6)
+
+
+def test_self_imitation_waits_for_the_policy_to_agree_with_its_elite(tmp_path):
+    import torch
+
+    def first_update(agreement):
+        cfg = config("trinity", 1, agent={"self_imitation": 10.0, "self_imitation_agreement": agreement})
+        s = Search(two_chains(), cluster(), cfg, tmp_path / str(agreement), progress=False)
+        samples = s.agent.sample(cfg.batch, s.generator, 0)
+        return s.agent, s.agent.update(samples, torch.arange(cfg.batch, dtype=torch.float32), 0)
+
+    fresh, stats = first_update(1.0)  # a fresh policy does not put every unit where one sample did
+    assert not fresh.imitating and stats["losses/self_imitation"] == 0.0 and fresh.elite is not None
+    agreeing, stats = first_update(0.0)
+    assert agreeing.imitating and stats["losses/self_imitation"] > 0

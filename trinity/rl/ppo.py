@@ -57,6 +57,10 @@ class TrinityOptions:
     #: advantages (R - mean R) / std R within each batch (CleanRL's norm_adv) instead of R - b: the update's
     #: size then follows neither the reward's scale nor the baseline's lag; off (see the README's ablation)
     normalize_advantages: bool = False
+    #: the self-imitation term starts once a sample of the policy would put at least this share of the units
+    #: where the elite does (in expectation): only then is the elite where the policy already is, not an
+    #: early lucky split far from it; None = from the first update
+    self_imitation_agreement: float | None = None
     embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
@@ -75,6 +79,7 @@ class TrinityOptions:
         check_range("trinity", "noise_steps", self.noise_steps, 0)
         check_range("trinity", "grad_clip", self.grad_clip, 0, low_open=True)
         check_range("trinity", "self_imitation", self.self_imitation, 0, 100.0)
+        check_range("trinity", "self_imitation_agreement", self.self_imitation_agreement, 0, 1.0, allow_none=True)
         if self.self_imitation and self.policy.decoder != "parallel":
             raise TrinityError("needs policy.decoder=parallel (the sequential decoder's noise is drawn per sample)",
                                field="self_imitation")
@@ -110,6 +115,7 @@ class TrinityAgent(TwoLevelAgent):
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=lr, foreach=True)
         self.baseline = EMABaseline(options.baseline_decay)
         self.elite: tuple[torch.Tensor, torch.Tensor, float] | None = None  #: self-imitation's target
+        self.imitating = False  #: the self-imitation term is on (see TrinityOptions.self_imitation_agreement)
 
     def reward(self, result) -> float:
         return mdpe_reward(result, self.ctx.reward)
@@ -140,6 +146,8 @@ class TrinityAgent(TwoLevelAgent):
         b = len(rewards)
         if o.self_imitation:
             self._keep_elite(strategy, rewards)
+            need = o.self_imitation_agreement
+            self.imitating = self.imitating or need is None or self._agreement(strategy) >= need
             # the elite rides along as one more row: the parallel decoder's distributions are the batch's
             strategy = replace(strategy, groups=torch.cat([strategy.groups, self.elite[0][None]]),
                                devices=torch.cat([strategy.devices, self.elite[1][None]]))
@@ -150,7 +158,7 @@ class TrinityAgent(TwoLevelAgent):
             # every decision is an action sharing its strategy's advantage
             loss, stats = ppo_loss(logp[:b], logp_old, advantages[:, None].expand_as(logp_old), o.clip)
             total = loss - o.entropy_coef * entropy
-            if o.self_imitation:
+            if self.imitating:
                 imitation = -logp[b].mean()
                 total = total + o.self_imitation * imitation
             self.optimizer.zero_grad()
@@ -168,9 +176,18 @@ class TrinityAgent(TwoLevelAgent):
         if self.elite is None or float(rewards[i]) > self.elite[2]:
             self.elite = (strategy.groups[i].clone(), strategy.devices[i].clone(), float(rewards[i]))
 
+    def _agreement(self, strategy) -> float:
+        """Expected share of units a sample of the batch's distribution puts on the elite's device:
+        sum over groups g of P(unit -> g) P(g -> elite's device of the unit), averaged over units."""
+        with torch.no_grad():
+            log_part, log_sched = strategy.distributions or self.policy.one_pass(strategy)
+            groups, devices, _ = self.elite
+            unit_device = devices[groups]  # [U]
+            return float((log_part.exp() * log_sched.exp()[:, unit_device].T).sum(1).mean())
+
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "elite": self.elite}
+        return {**super().state_dict(), "elite": self.elite, "imitating": self.imitating}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.elite = state.get("elite")
+        self.elite, self.imitating = state.get("elite"), state.get("imitating", False)
