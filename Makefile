@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation anneal-calibration search-variety search-variety-self-imitation bounds learned-list-policy learned-list-table validate clean
+	search-table ablation anneal-calibration search-variety bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -96,10 +96,6 @@ bounds: $(STAMP)  ## room left: a lower bound counting communication per op-plac
 
 search-variety: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (~10 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv
-
-search-variety-self-imitation: $(STAMP)  ## the same with self-imitation at 90% agreement (the ablation's best row; ~10 min)
-	$(PY) benchmarks/search_variety.py --csv reports/search_variety_self_imitation.csv \
-		--agent '{"self_imitation": 10.0, "self_imitation_agreement": 0.9}'
 
 learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot policy on the project's synthetic graphs (~10 min)
 	$(PY) benchmarks/learned_list_train.py --out trinity/rl/pretrained/learned-list.pt

@@ -385,7 +385,7 @@ def test_cli_refuses_a_bad_option_in_one_line(tmp_path, capsys):
 def test_self_imitation_keeps_the_best_sample_and_pulls_the_policy_to_it(tmp_path):
     import torch
 
-    cfg = config("trinity", 1, agent={"self_imitation": 10.0})
+    cfg = config("trinity", 1, agent={"self_imitation": 10.0, "self_imitation_agreement": None})
     s = Search(two_chains(), cluster(), cfg, tmp_path, progress=False)
     agent = s.agent
     samples = agent.sample(cfg.batch, s.generator, 0)
@@ -406,6 +406,7 @@ def test_self_imitation_keeps_the_best_sample_and_pulls_the_policy_to_it(tmp_pat
     assert float(agent.policy.log_prob(elite)[0].sum()) > before
     # the checkpoint carries it
     twin = Search(two_chains(), cluster(), cfg, tmp_path / "twin", progress=False).agent
+    assert twin.elite is None
     twin.load_state_dict(agent.state_dict())
     assert torch.equal(twin.elite[0], groups) and twin.elite[2] == reward
 
@@ -439,3 +440,12 @@ def test_self_imitation_waits_for_the_policy_to_agree_with_its_elite(tmp_path):
     assert not fresh.imitating and stats["losses/self_imitation"] == 0.0 and fresh.elite is not None
     agreeing, stats = first_update(0.0)
     assert agreeing.imitating and stats["losses/self_imitation"] > 0
+
+
+@pytest.mark.parametrize("warm, decoder, expected", [
+    (False, "parallel", (True, 10.0)), (True, "parallel", (False, 0.0)), (False, "sequential", (False, 0.0))])
+def test_normalised_advantages_and_self_imitation_by_default_from_scratch_only(tmp_path, warm, decoder, expected):
+    cfg = config("trinity", 1, policy=PolicyConfig(**{**asdict(TINY), "decoder": decoder}),
+                 warm_start="m-topo" if warm else None, warm_start_steps=2)
+    o = Search(two_chains(), cluster(), cfg, tmp_path, progress=False).agent.options
+    assert (o.normalize_advantages, o.self_imitation) == expected

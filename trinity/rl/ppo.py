@@ -9,9 +9,10 @@ Read top to bottom, as CleanRL's ppo.py:
   moving average of the batch means (``baseline_decay``);
 * the update runs ``ppo_epochs`` epochs of PPO's clipped objective in which every decision of a
   strategy (each unit's group, each group's device) is an action sharing its strategy's advantage,
-  minus ``entropy_coef`` times the mean per-decision entropy, plus (``self_imitation``, off by
-  default) that weight times the mean negative log-likelihood of the best strategy sampled so far;
-  Adam, gradient-norm clip.
+  minus ``entropy_coef`` times the mean per-decision entropy, plus ``self_imitation`` times the
+  mean negative log-likelihood of the best strategy sampled so far, once the policy agrees with it
+  (``self_imitation_agreement``); Adam, gradient-norm clip;
+* from scratch, advantages are normalised within each batch instead (``normalize_advantages``).
 
 PPO's old log-probabilities are those of the distribution that sampled (its dropout mask and
 noise), computed exactly as the update computes the new ones, so the ratio before the first step
@@ -51,16 +52,17 @@ class TrinityOptions:
     noise_max: float = 0.1  #: logit noise at iteration 0, decaying linearly ...
     noise_steps: int = 500  #: ... to zero here
     grad_clip: float = 1.0
-    #: self-imitation (Oh et al. 2018): weight of the negative log-likelihood of the best strategy sampled so
-    #: far, added to PPO's loss each epoch; 0 = off (see the README's ablation)
-    self_imitation: float = 0.0
     #: advantages (R - mean R) / std R within each batch (CleanRL's norm_adv) instead of R - b: the update's
-    #: size then follows neither the reward's scale nor the baseline's lag; off (see the README's ablation)
-    normalize_advantages: bool = False
+    #: size then follows neither the reward's scale nor the baseline's lag. None = on from scratch with the
+    #: one-pass decoder, off after a warm start or with the sequential decoder (see the README's ablation)
+    normalize_advantages: bool | None = None
+    #: self-imitation (Oh et al. 2018): weight of the negative log-likelihood of the best strategy sampled so
+    #: far, added to PPO's loss each epoch; 0 = off. None = 10 where normalize_advantages' default is on, else 0
+    self_imitation: float | None = None
     #: the self-imitation term starts once a sample of the policy would put at least this share of the units
-    #: where the elite does (in expectation): only then is the elite where the policy already is, not an
-    #: early lucky split far from it; None = from the first update
-    self_imitation_agreement: float | None = None
+    #: where the elite does (in expectation): then the elite is where PPO alone has already taken the policy,
+    #: not an early lucky split far from it; None = from the first update
+    self_imitation_agreement: float | None = 0.97
     embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
@@ -78,7 +80,7 @@ class TrinityOptions:
         check_range("trinity", "noise_max", self.noise_max, 0, 10.0)
         check_range("trinity", "noise_steps", self.noise_steps, 0)
         check_range("trinity", "grad_clip", self.grad_clip, 0, low_open=True)
-        check_range("trinity", "self_imitation", self.self_imitation, 0, 100.0)
+        check_range("trinity", "self_imitation", self.self_imitation, 0, 100.0, allow_none=True)
         check_range("trinity", "self_imitation_agreement", self.self_imitation_agreement, 0, 1.0, allow_none=True)
         if self.self_imitation and self.policy.decoder != "parallel":
             raise TrinityError("needs policy.decoder=parallel (the sequential decoder's noise is drawn per sample)",
@@ -99,7 +101,12 @@ class TrinityAgent(TwoLevelAgent):
         unit_logits = ctx.warm_start if options.policy.unit_logits is None else options.policy.unit_logits
         policy_cfg = PolicyConfig(**{**asdict(options.policy), "num_groups": k, "unit_logits": unit_logits})
         lr = options.lr if options.lr is not None else options.fine_tune_lr if ctx.warm_start else 1e-2
-        self.options = TrinityOptions(**{**asdict(options), "num_groups": k, "lr": lr, "policy": policy_cfg})
+        # from scratch (one-pass decoder): PPO finds a basin, then self-imitation searches around its best point
+        scratch = not ctx.warm_start and options.policy.decoder == "parallel"
+        normalize = scratch if options.normalize_advantages is None else options.normalize_advantages
+        imitation = (10.0 if scratch else 0.0) if options.self_imitation is None else options.self_imitation
+        self.options = TrinityOptions(**{**asdict(options), "num_groups": k, "lr": lr, "policy": policy_cfg,
+                                         "normalize_advantages": normalize, "self_imitation": imitation})
         self.num_groups = k
         # features from the pipeline's embed stage, or computed here (cached in ``feature_cache``)
         feats = ctx.features or op_features(graph, embedding_dim=options.embedding_dim, seed=ctx.seed,
