@@ -5,8 +5,9 @@ measured-cost-like, seeds and sizes not used while choosing Trinity's settings) 
 DAGs, plus any graph files given, on 2 and 4 P100s. Per case: every placer, Trinity from scratch at the
 default experiment's budget (100 iterations x 8) over 2 seeds, and calibrated simulated annealing from
 one device (round-robin where one device cannot hold the graph) read at Trinity's own wall time.
-``--agent`` sets Trinity's options (a variant of the defaults). Writes one row per run (``--csv``), prints Trinity's and annealing's step time against m-ETF's and the
-best placer's, with the busiest device's share of compute.
+``--agent`` sets Trinity's options (a variant of the defaults). Writes one row per run (``--csv``),
+prints Trinity's and annealing's step time against m-ETF's and the best placer's, with the busiest
+device's share of compute.
 """
 
 from __future__ import annotations
@@ -68,9 +69,9 @@ def main() -> None:
             _, start = start_placement("single", graph, cluster)  # annealing's start, the same for every seed
             for seed in progress(range(args.seeds), desc=case):
                 with tempfile.TemporaryDirectory() as tmp:
-                    s = Search(graph, cluster, SearchConfig(iterations=args.iterations, seed=seed,
-                                                            checkpoint_every=10**9, agent=args.agent), tmp, progress=False,
-                               feature_cache="data/.features")
+                    cfg = SearchConfig(iterations=args.iterations, seed=seed, checkpoint_every=10**9,
+                                       agent=args.agent)
+                    s = Search(graph, cluster, cfg, tmp, progress=False, feature_cache="data/.features")
                     t0 = time.perf_counter()
                     best = s.run()
                     wall = time.perf_counter() - t0
