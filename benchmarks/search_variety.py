@@ -3,7 +3,7 @@
 Synthetic training graphs (trinity.graph.synthetic.training_graph: convolution-and-gradient shaped,
 measured-cost-like, seeds and sizes not used while choosing Trinity's settings) and synthetic layered
 DAGs, plus any graph files given, on 2 and 4 P100s. Per case: every placer, Trinity from scratch at the
-default experiment's budget (100 iterations x 8) over 2 seeds, and calibrated simulated annealing from
+default experiment's budget (100 iterations x 64) over 2 seeds, and calibrated simulated annealing from
 one device (round-robin where one device cannot hold the graph) read at Trinity's own wall time.
 ``--agent`` sets Trinity's options (a variant of the defaults). Writes one row per run (``--csv``),
 prints Trinity's and annealing's step time against m-ETF's and the best placer's, with the busiest
@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("graphs", nargs="*")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=64, help="strategies per iteration (conf/method/trinity.yaml's)")
     parser.add_argument("--csv", default="reports/search_variety.csv")
     parser.add_argument("--agent", type=json.loads, default={}, metavar="JSON",
                         help="Trinity's options for these runs (the agent: block), e.g. '{\"self_imitation\": 10}'")
@@ -69,7 +70,7 @@ def main() -> None:
             _, start = start_placement("single", graph, cluster)  # annealing's start, the same for every seed
             for seed in progress(range(args.seeds), desc=case):
                 with tempfile.TemporaryDirectory() as tmp:
-                    cfg = SearchConfig(iterations=args.iterations, seed=seed, checkpoint_every=10**9,
+                    cfg = SearchConfig(iterations=args.iterations, batch=args.batch, seed=seed, checkpoint_every=10**9,
                                        agent=args.agent)
                     s = Search(graph, cluster, cfg, tmp, progress=False, feature_cache="data/.features")
                     t0 = time.perf_counter()
@@ -79,7 +80,7 @@ def main() -> None:
                 res = sim.simulate(best.placement, check=False)
                 rows.append({"case": case, "method": "trinity", "seed": seed, "step_time_ms": res.step_time_us / 1e3,
                              "fits": res.fits, "busiest_share": res.busiest_share, "seconds": wall})
-                per_call = max(s.sim_seconds / max(s.iteration * 8, 1), 1e-5)
+                per_call = max(s.sim_seconds / max(s.iteration * cfg.batch, 1), 1e-5)
                 sa = anneal(graph, cluster, start, budget=max(1000, int(wall / per_call)), seed=seed, simulator=sim)
                 within = [step for _, sec, step, _ in sa.curve if sec <= wall]
                 rows.append({"case": case, "method": "annealing (same wall time)", "seed": seed,

@@ -27,6 +27,16 @@ def test_arrays_and_derived_quantities():
     assert g.colocation_groups() == {"w": ["w", "read"]}
 
 
+def test_breadth_and_depth_first_orders():
+    """A diamond a -> (b -> c | d -> e) -> f: breadth first by levels, depth first branch by branch."""
+    names = "abcdef"
+    edges = [Edge("a", "b", 0), Edge("a", "d", 0), Edge("b", "c", 0), Edge("d", "e", 0), Edge("c", "f", 0),
+             Edge("e", "f", 0)]
+    g = OpGraph([Op(n, "Add", 1.0, output_bytes=(8,)) for n in names], edges)
+    assert "".join(names[i] for i in g.topological_order()) == "abdcef"
+    assert "".join(names[i] for i in g.depth_first_order()) == "abcdef"
+
+
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])
 def test_save_load_round_trip(tmp_path, suffix):
     g = tiny()

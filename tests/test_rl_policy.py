@@ -121,5 +121,30 @@ def test_priors_start_groups_contiguous_and_blocks_on_devices():
     strategy = policy.sample(1, torch.Generator().manual_seed(0))
     log_part, log_sched = policy.one_pass(strategy)
     likeliest = log_part.argmax(1)
-    assert torch.equal(likeliest, (ug.rank * 4).long())
+    assert torch.equal(likeliest, (ug.rank["breadth"] * 4).long())
     assert log_sched.argmax(1).tolist() == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("order", ["breadth", "depth"])
+def test_locality_prior_follows_levels_or_branches(order):
+    """A fork s -> (b0..b3 | c0..c3) -> t, ops listed s, t, then the branches interleaved: breadth first,
+    the stretches are levels (s b0 c0 b1 c1 | b2 c2 b3 c3 t); depth first, whole branches (s b0-b3 | c0-c3 t)."""
+    names = ["s", "t"] + [f"{x}{i}" for i in range(4) for x in "bc"]
+    edges = [Edge("s", "b0", 0), Edge("s", "c0", 0), Edge("b3", "t", 0), Edge("c3", "t", 0)]
+    edges += [Edge(f"{x}{i}", f"{x}{i + 1}", 0) for x in "bc" for i in range(3)]
+    g = OpGraph([Op(n, "Add", 1.0, output_bytes=(8,)) for n in names], edges)
+    feats = op_features(g, embedding_dim=4)
+    ug = UnitGraph(g, feats)
+    cfg = PolicyConfig(num_groups=2, lstm_hidden=8, device_embedding=4, group_projection=4, topo_prior=50.0,
+                       locality_order=order)
+    policy = PlacementPolicy(ug, 2, feats.vocabulary_size, cfg).eval()
+    log_part, _ = policy.one_pass(policy.sample(1, torch.Generator().manual_seed(0)))
+    likeliest = dict(zip(names, log_part.argmax(1).tolist()))
+    expected = {"breadth": "s b0 c0 b1 c1 | b2 c2 b3 c3 t", "depth": "s b0 b1 b2 b3 | c0 c1 c2 c3 t"}[order]
+    first, second = (part.split() for part in expected.split(" | "))
+    assert {n: likeliest[n] for n in first + second} == {**dict.fromkeys(first, 0), **dict.fromkeys(second, 1)}
+
+
+def test_a_locality_order_other_than_breadth_or_depth_is_refused():
+    with pytest.raises(ValueError, match="policy.locality_order must be breadth or depth"):
+        PolicyConfig(locality_order="random")

@@ -449,3 +449,12 @@ def test_normalised_advantages_and_self_imitation_by_default_from_scratch_only(t
                  warm_start="m-topo" if warm else None, warm_start_steps=2)
     o = Search(two_chains(), cluster(), cfg, tmp_path, progress=False).agent.options
     assert (o.normalize_advantages, o.self_imitation) == expected
+
+
+@pytest.mark.parametrize("warm, groups", [(False, 128), (True, 256)])
+def test_128_groups_by_default_from_scratch_the_papers_256_after_a_warm_start(tmp_path, warm, groups):
+    chain = OpGraph([Op(f"op{i}", "MatMul", 10.0, output_bytes=(1000,)) for i in range(300)],
+                    [Edge(f"op{i - 1}", f"op{i}", 0) for i in range(1, 300)], name="chain300")
+    cfg = config("trinity", 1, agent={"num_groups": None}, warm_start="m-topo" if warm else None, warm_start_steps=1)
+    search = Search(chain, cluster(), cfg, tmp_path, progress=False)
+    assert search.num_groups == search.agent.options.policy.num_groups == groups

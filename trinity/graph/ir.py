@@ -220,7 +220,31 @@ class OpGraph:
         return len(self.edges)
 
     def topological_order(self) -> np.ndarray:
+        """Breadth first (Kahn's queue): ops of one level of the graph lie together."""
         return self._topo.copy()
+
+    @cached_property
+    def _depth_first(self) -> np.ndarray:
+        a = self.arrays
+        succ: list[list[int]] = [[] for _ in range(self.n_ops)]
+        for s, d in zip(a.src.tolist(), a.dst.tolist()):
+            succ[s].append(d)
+        indeg = np.bincount(a.dst, minlength=self.n_ops).tolist()
+        stack = [i for i in range(self.n_ops) if indeg[i] == 0][::-1]
+        order = []
+        while stack:
+            i = stack.pop()
+            order.append(i)
+            for j in reversed(succ[i]):  # the first consumer ready is the next op
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    stack.append(j)
+        return np.asarray(order, dtype=np.int64)
+
+    def depth_first_order(self) -> np.ndarray:
+        """Topological order that follows each op into a consumer as soon as the consumer is ready (Kahn's
+        algorithm with a stack): a chain or a branch of the graph lies together; ties by op position."""
+        return self._depth_first.copy()
 
     def edge_bytes(self, e: Edge) -> int:
         if e.src_output is None:

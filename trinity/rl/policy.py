@@ -84,6 +84,9 @@ class PolicyConfig:
     #: topological rank r(u) in [0, 1), so groups start as contiguous stretches of the graph and a
     #: random schedule cuts few edges (0 = the paper's uniform start, every op on a random device)
     topo_prior: float = 1.0
+    #: the topological order the locality prior's stretches follow: "breadth" (Kahn's queue: a stretch is
+    #: a level of the graph, side by side) or "depth" (Kahn's stack: a stretch is a chain or branch)
+    locality_order: str = "breadth"
     #: the schedule's counterpart (parallel decoder): -block_prior * |d + 1/2 - D (g + 1/2) / k| on group g's
     #: device logits, so the ordered groups start split into D contiguous blocks, one per device, as a
     #: pipeline would split them. 0 by default: at 3 it broke the symmetry between interchangeable devices
@@ -93,6 +96,8 @@ class PolicyConfig:
     def __post_init__(self):
         if self.decoder not in ("parallel", "sequential"):
             raise ValueError(f"policy.decoder must be parallel or sequential, got {self.decoder!r}")
+        if self.locality_order not in ("breadth", "depth"):
+            raise ValueError(f"policy.locality_order must be breadth or depth, got {self.locality_order!r}")
 
 
 @dataclass
@@ -158,11 +163,16 @@ class UnitGraph:
         cross = su != du
         pairs = np.unique(np.stack([su[cross], du[cross]], axis=1), axis=0) if cross.any() else np.zeros((0, 2))
         self.links = torch.from_numpy(pairs.astype(np.int64))
-        # each unit's rank in a topological order of the graph (its ops' mean), in [0, 1)
-        position = np.empty(graph.n_ops)
-        position[graph.topological_order()] = np.arange(graph.n_ops)
+        # each unit's rank in a topological order of the graph (its ops' mean), in [0, 1): breadth first
+        # (levels of the graph together) and depth first (chains and branches together)
+        self.rank = {"breadth": self._rank(graph.topological_order(), counts),
+                     "depth": self._rank(graph.depth_first_order(), counts)}
+
+    def _rank(self, order: np.ndarray, counts: np.ndarray) -> torch.Tensor:
+        position = np.empty(len(order))
+        position[order] = np.arange(len(order))
         mean = np.bincount(self.unit_of_op, weights=position, minlength=self.n_units) / counts
-        self.rank = torch.from_numpy((np.argsort(np.argsort(mean, kind="stable")) / self.n_units).astype(np.float32))
+        return torch.from_numpy((np.argsort(np.argsort(mean, kind="stable")) / self.n_units).astype(np.float32))
 
 
 class PlacementPolicy(nn.Module):
@@ -177,7 +187,7 @@ class PlacementPolicy(nn.Module):
             nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, k))  # dropout: in partition_logits, from a seed
         # An addition to the paper: lets a warm start reproduce a placer exactly (see PolicyConfig).
         self.unit_logits = nn.Parameter(torch.zeros(unit_graph.n_units, k)) if cfg.unit_logits else None
-        centre = torch.arange(k, dtype=torch.float32)[None] + 0.5 - k * unit_graph.rank[:, None]
+        centre = torch.arange(k, dtype=torch.float32)[None] + 0.5 - k * unit_graph.rank[cfg.locality_order][:, None]
         self._prior = -cfg.topo_prior * centre.abs() if cfg.topo_prior else None  # [U, k], fixed
         block = torch.arange(n_devices)[None] + 0.5 - n_devices * (torch.arange(k)[:, None] + 0.5) / k
         self._block_prior = -cfg.block_prior * block.abs() if cfg.block_prior else None  # [k, D], fixed

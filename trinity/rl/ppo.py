@@ -39,7 +39,9 @@ from trinity.rl.policy import PlacementPolicy, PolicyConfig, UnitGraph
 class TrinityOptions:
     """Trinity's settings (the ``agent:`` block of conf/method/trinity*.yaml)."""
 
-    #: k; None = 256, at least one per device and at most one per placement unit
+    #: k, at least one per device and at most one per placement unit; None = 128 from scratch with the one-pass
+    #: decoder (half the encoder's steps: a batch of 64 then costs what 8 did at 256, see the README's ablation),
+    #: else the paper's 256
     num_groups: int | None = None
     #: Adam; None = 1e-2 (the paper's 0.1 collapses the policy, 1e-3 leaves it near uniform for the default
     #: budget: see the README's ablation), or ``fine_tune_lr`` after a warm start
@@ -96,13 +98,13 @@ class TrinityAgent(TwoLevelAgent):
     def __init__(self, graph: OpGraph, cluster: Cluster, options: TrinityOptions, ctx: AgentContext):
         self.ctx = ctx
         units = graph.arrays.n_groups
-        k = options.num_groups or min(max(256, cluster.n_devices), units)
+        # from scratch (one-pass decoder): PPO finds a basin, then self-imitation searches around its best point
+        scratch = not ctx.warm_start and options.policy.decoder == "parallel"
+        k = options.num_groups or min(max(128 if scratch else 256, cluster.n_devices), units)
         # per-unit logits by default only when warm-starting: they let the imitation be exact
         unit_logits = ctx.warm_start if options.policy.unit_logits is None else options.policy.unit_logits
         policy_cfg = PolicyConfig(**{**asdict(options.policy), "num_groups": k, "unit_logits": unit_logits})
         lr = options.lr if options.lr is not None else options.fine_tune_lr if ctx.warm_start else 1e-2
-        # from scratch (one-pass decoder): PPO finds a basin, then self-imitation searches around its best point
-        scratch = not ctx.warm_start and options.policy.decoder == "parallel"
         normalize = scratch if options.normalize_advantages is None else options.normalize_advantages
         imitation = (10.0 if scratch else 0.0) if options.self_imitation is None else options.self_imitation
         self.options = TrinityOptions(**{**asdict(options), "num_groups": k, "lr": lr, "policy": policy_cfg,
