@@ -3,7 +3,8 @@
 Each variant adds one change to the one before, from the paper's Trinity as this project first ran
 it (sequential seq2seq decoder, uniform start, Adam 1e-3, batch 8) to today's defaults (advantages
 normalised within the batch, then self-imitation of the best strategy sampled once the policy agrees
-with it on 97% of the units), then the variants not kept, each on top of the locality prior; every
+with it on 97% of the units, then 64 strategies per iteration, then 128 groups instead of 256 to pay
+for them), then the variants not kept, each on top of the locality prior; every
 variant runs the default experiment's budget (100 iterations) from scratch, over 5 seeds, on each
 case. Writes one row per run (``--csv``) and prints mean +/- standard deviation of the best step
 time per case and variant, beside the best placer's, with the share of compute on the busiest
@@ -33,11 +34,14 @@ from trinity.rl.search import Search, SearchConfig  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
 
 #: what each row leaves off or sets, written out in full so a row means the same whatever the defaults are
-OFF = {"normalize_advantages": False, "self_imitation": 0.0, "self_imitation_agreement": None}
+OFF = {"num_groups": 256, "normalize_advantages": False, "self_imitation": 0.0, "self_imitation_agreement": None}
 PAPER = {**OFF, "lr": 1e-3, "policy": {"decoder": "sequential", "topo_prior": 0.0, "block_prior": 0.0}}
-LOCALITY = {**OFF, "lr": 1e-2, "policy": {"decoder": "parallel", "topo_prior": 1.0, "block_prior": 0.0}}
+LOCALITY = {**OFF, "lr": 1e-2, "policy": {"decoder": "parallel", "topo_prior": 1.0, "locality_order": "breadth",
+                                          "block_prior": 0.0}}
 BLOCK = {**LOCALITY, "policy": {**LOCALITY["policy"], "block_prior": 3.0}}
 NORMALISED = {**LOCALITY, "normalize_advantages": True}
+IMITATION = {**NORMALISED, "self_imitation": 10.0, "self_imitation_agreement": 0.97}
+DEFAULT = {**IMITATION, "num_groups": 128}
 #: (name, batch, agent options): the chain to today's default, then the variants not kept
 VARIANTS = [
     ("paper (sequential decoder, lr 1e-3)", 8, PAPER),
@@ -45,14 +49,18 @@ VARIANTS = [
     ("+ lr 1e-2", 8, {**PAPER, "lr": 1e-2, "policy": {**PAPER["policy"], "decoder": "parallel"}}),
     ("+ locality prior on groups", 8, LOCALITY),
     ("+ normalised advantages", 8, NORMALISED),
-    ("+ self-imitation at 97% agreement (the default)", 8,
-     {**NORMALISED, "self_imitation": 10.0, "self_imitation_agreement": 0.97}),
+    ("+ self-imitation at 97% agreement", 8, IMITATION),
+    ("+ batch 64", 64, IMITATION),
+    ("+ 128 groups (the default)", 64, DEFAULT),
     # not kept, each on top of the locality prior's row
     ("+ block prior on devices", 8, BLOCK),
     ("+ batch 32", 32, BLOCK),
     ("locality prior + self-imitation x10", 8, {**LOCALITY, "self_imitation": 10.0}),
     ("locality prior + self-imitation x10 at 90% agreement", 8,
      {**LOCALITY, "self_imitation": 10.0, "self_imitation_agreement": 0.9}),
+    # ... and on top of the default
+    ("default, stretches of a depth-first order", 64,
+     {**DEFAULT, "policy": {**DEFAULT["policy"], "locality_order": "depth"}}),
 ]
 PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
 
