@@ -94,8 +94,8 @@ anneal-calibration: $(STAMP)  ## how cold calibrated annealing starts: accept_st
 bounds: $(STAMP)  ## room left: a lower bound counting communication per op-placement case (needs `make repro`'s data/; ~6 min)
 	$(PY) benchmarks/bounds.py --time-limit 60 --nodes 40 --csv results/bounds.csv
 
-search-variety: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (~10 min)
-	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv
+search-variety: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (needs `make repro`'s data/; ~15 min)
+	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv data/nmt_2layer_s12/profile/graph.json.gz
 
 learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot policy on the project's synthetic graphs (~10 min)
 	$(PY) benchmarks/learned_list_train.py --out trinity/rl/pretrained/learned-list.pt
