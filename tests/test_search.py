@@ -458,3 +458,19 @@ def test_128_groups_by_default_from_scratch_the_papers_256_after_a_warm_start(tm
     cfg = config("trinity", 1, agent={"num_groups": None}, warm_start="m-topo" if warm else None, warm_start_steps=1)
     search = Search(chain, cluster(), cfg, tmp_path, progress=False)
     assert search.num_groups == search.agent.options.policy.num_groups == groups
+
+
+@pytest.mark.parametrize("extra, batch", [([], 64), (["--warm-start", "m-topo", "--warm-start-steps", "2"], 8),
+                                          (["--method", "hierarchical", "--option", "policy.hidden=8"], 8)])
+def test_cli_batch_defaults_to_64_for_trinity_from_scratch_else_8(tmp_path, extra, batch):
+    from trinity.cli import main
+    from trinity.graph import save_graph
+    from trinity.rl import checkpoint
+
+    graph_file = tmp_path / "chains.json"
+    save_graph(two_chains(), graph_file)
+    out = tmp_path / "run"
+    small = [] if "hierarchical" in extra else ["--option", "policy.lstm_hidden=8"]
+    assert main(["search", str(graph_file), "--cluster", "cpu2", "--groups", "4", "--iterations", "1", "--no-mlflow",
+                 "--out", str(out), *small, *extra]) == 0
+    assert checkpoint.load(out / checkpoint.FILE)["config"]["batch"] == batch

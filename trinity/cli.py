@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from trinity.errors import TrinityError
+from trinity.rl.defaults import BATCH
 
 
 def _graph(path):
@@ -236,7 +237,8 @@ def cmd_search(args) -> None:
 
     agent = _nested(_options(args.option))  # the method's own settings, checked by its Options dataclass
     agent.update({k: v for k, v in (("num_groups", args.groups), ("lr", args.lr)) if v is not None})
-    cfg = SearchConfig(method=args.method, iterations=args.iterations, batch=args.batch, seed=args.seed,
+    batch = args.batch or (TRINITY_SCRATCH_BATCH if args.method == "trinity" and not args.warm_start else BATCH)
+    cfg = SearchConfig(method=args.method, iterations=args.iterations, batch=batch, seed=args.seed,
                        warm_start=args.warm_start, threads=args.threads, sim_threads=args.sim_threads,
                        warm_start_steps=args.warm_start_steps, checkpoint_every=args.checkpoint_every, agent=agent)
     g, cluster = _graph(args.graph), load_cluster(args.cluster)
@@ -388,6 +390,7 @@ def cmd_validate(args) -> None:
 # before any work is done: a typo, not a request.
 MAX_EXPORT_BATCH = 8192  # the model is traced on a real batch
 MAX_SEARCH_BATCH = 4096  # [batch, units] samples and one simulation each, per iteration
+TRINITY_SCRATCH_BATCH = 64  # conf/method/trinity.yaml's: one pass scores a batch (README, *Where this departs*)
 MAX_THREADS = 1024
 MAX_WORKERS = 256  # each local worker is a TensorFlow process
 
@@ -466,9 +469,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default="p100x4")
     p.add_argument("--method", default="trinity", help="a search method (trinity, hierarchical)")
     p.add_argument("--iterations", type=_int_in(1, 1_000_000), default=1000)
-    p.add_argument("--batch", type=_int_in(1, MAX_SEARCH_BATCH), default=8, help="strategies sampled per iteration")
-    p.add_argument("--groups", type=_int_in(1), help="k (default 256; hierarchical: min(256, 20 x devices))")
-    p.add_argument("--lr", type=_positive_float, help="Adam's rate (default 1e-3; 1e-4 after --warm-start)")
+    p.add_argument("--batch", type=_int_in(1, MAX_SEARCH_BATCH),
+                   help=f"strategies sampled per iteration (default {TRINITY_SCRATCH_BATCH} for trinity from scratch, "
+                        f"as conf/method/trinity.yaml; else {BATCH})")
+    p.add_argument("--groups", type=_int_in(1), help="k (default: trinity 128 from scratch, 256 after --warm-start; "
+                                                      "hierarchical min(256, 20 x devices))")
+    p.add_argument("--lr", type=_positive_float, help="Adam's rate (default: trinity 1e-2, 1e-4 after --warm-start; "
+                                                      "hierarchical 0.1)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="a setting of the method (its agent options: e.g. ppo_epochs=4, entropy_coef=0.01, "
                         "policy.lstm_hidden=64 for trinity, policy.hidden=128 for hierarchical; repeatable)")
