@@ -166,6 +166,16 @@ def test_single_and_round_robin_compute_the_same_losses(tiny, workers):
     assert all(b > 0 for b in split.peak_memory_bytes)
 
 
+def test_interleaved_rounds_trace_twice_and_agree_on_the_bytes(tiny, workers):
+    _, g, gd = tiny
+    runner = Runner(g, gd, workers, timeout_s=60)
+    rr = place("round-robin", g, runner.cluster).placement
+    m = runner.measure_interleaved({"round-robin": rr}, rounds=3, steps=1, warmup=0, progress=False)["round-robin"]
+    once = runner.measure(rr, "once", steps=1, warmup=0)
+    assert m.traces == 2 and once.traces == 1 and len(m.step_us) == 3
+    assert (m.crossed_bytes, m.transfers) == (once.crossed_bytes, once.transfers) and m.transfers > 0
+
+
 # 4.-6. refused before anything runs
 
 
@@ -455,3 +465,19 @@ def test_blended_strategies_move_the_differing_groups_in_topological_order():
     blends = blended_strategies(g, start, end, 3, name="x")  # 2 differing groups: 0.5, 1, 1.5 -> 0, 1, 2 moved
     assert [(c.name, c.source, list(c.placement)) for c in blends] == [("x-2of4", "blend", [0, 1, 1, 0]),
                                                                        ("x-3of4", "blend", [0, 1, 1, 1])]
+
+
+def test_of_several_traced_steps_the_one_with_the_most_transfers_is_kept():
+    from trinity.runtime.runner import Measurement
+
+    m = Measurement("s")
+    m.keep_trace(8_800_000, 176, [5, 6], [])
+    m.keep_trace(2_700_000, 87, [7, 8], [("op", "/a", "/b")])  # lost half its records: not taken
+    assert (m.crossed_bytes, m.transfers, m.peak_memory_bytes, m.overridden, m.traces) == (8_800_000, 176, [5, 6], [], 2)
+    lost_first = Measurement("t")
+    lost_first.keep_trace(2_700_000, 87, [7, 8], [])
+    lost_first.keep_trace(8_800_000, 176, [5, 6], [])
+    assert (lost_first.crossed_bytes, lost_first.transfers, lost_first.traces) == (8_800_000, 176, 2)
+    nothing_crosses = Measurement("u")
+    nothing_crosses.keep_trace(0, 0, [9, 0], [])
+    assert (nothing_crosses.transfers, nothing_crosses.peak_memory_bytes, nothing_crosses.traces) == (0, [9, 0], 1)

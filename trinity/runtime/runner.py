@@ -22,7 +22,9 @@ graphs) that gives:
 `measure_interleaved` measures several strategies in rounds (each round runs
 every strategy once), because step times here drift by tens of percent over
 minutes: interleaving spreads the drift evenly instead of charging it to
-whichever strategy ran last. Every wait has a timeout: a run that does not
+whichever strategy ran last. It traces a step in each of the first two
+rounds and keeps the trace with more transfers: a traced step has been seen
+to lose half its ``RecvTensor`` records (`Measurement.keep_trace`). Every wait has a timeout: a run that does not
 finish raises `WorkerError` instead of hanging. The machine's 1-minute load
 average is recorded before and after every run (the workers are pinned to
 cores, but nothing stops other jobs from using them).
@@ -62,8 +64,9 @@ class Measurement:
     step_us: list[float] = field(default_factory=list)  # every timed step, all rounds
     round_median_us: list[float] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)  # loss of every step run (warm-up included)
-    crossed_bytes: int = 0  # from the traced step
+    crossed_bytes: int = 0  # from the traced step with the most transfers (see `keep_trace`)
     transfers: int = 0  # RecvTensor records with data (control tensors excluded)
+    traces: int = 0  # traced steps run
     peak_memory_bytes: list[int] = field(default_factory=list)  # per device
     overridden: list[tuple[str, str, str]] = field(default_factory=list)  # (op, asked, ran)
     setup_s: float = 0.0  # session creation, initialisation and warm-up, summed over rounds
@@ -87,6 +90,15 @@ class Measurement:
             return float("nan"), float("nan")
         q1, q3 = np.percentile(self.step_us, [25, 75])
         return float(q1), float(q3)
+
+    def keep_trace(self, crossed_bytes: int, transfers: int, peak_memory_bytes: list[int],
+                   overridden: list[tuple[str, str, str]]) -> None:
+        """Take a traced step's figures if it recorded more transfers than the traces before it: a traced
+        step can lose RecvTensor records (once, 87 of 176), never invent them, so the most complete wins."""
+        if self.traces == 0 or transfers > self.transfers:
+            self.crossed_bytes, self.transfers = crossed_bytes, transfers
+            self.peak_memory_bytes, self.overridden = peak_memory_bytes, overridden
+        self.traces += 1
 
     def summary(self) -> dict:
         q1, q3 = self.quartiles_us()
@@ -297,8 +309,7 @@ class Runner:
             if trace:
                 out, md = self._run(sess, self.fetches, f"a traced step of {name}", trace=True)
                 m.loss.append(self._loss(out))
-                m.crossed_bytes, m.transfers, m.peak_memory_bytes, m.overridden = _trace_figures(
-                    md, self.graph, asked, self.workers.devices)
+                m.keep_trace(*_trace_figures(md, self.graph, asked, self.workers.devices))
         m.load.append(machine_load())
         return m
 
@@ -318,7 +329,8 @@ class Runner:
         with progress_bar(total=rounds * len(placements), desc="measure", unit="run", disable=not progress) as bar:
             for r in range(rounds):
                 for name, p in _round_order(placements, r):
-                    m = self.measure(p, name, steps=steps, warmup=warmup, trace=(r == 0),
+                    # two traced steps in two rounds, the more complete kept (Measurement.keep_trace)
+                    m = self.measure(p, name, steps=steps, warmup=warmup, trace=(r < 2),
                                      into=results.get(name))
                     results[name] = m
                     if on_result is not None:
