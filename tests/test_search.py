@@ -189,7 +189,7 @@ def test_sigterm_mid_search_then_resume_matches_uninterrupted(tmp_path):
                             "default_link: {bandwidth_GBps: 1, latency_us: 10}\n")
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "trinity.cli", "search", str(graph_file), "--cluster", str(cluster_file),
-           "--groups", "4", "--iterations", "40", "--lr", "0.01", "--option", "policy.lstm_hidden=32",
+           "--groups", "4", "--iterations", "40", "--batch", "8", "--lr", "0.01", "--option", "policy.lstm_hidden=32",
            "--checkpoint-every", "1000",
            "--out", str(out), "--no-mlflow"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
