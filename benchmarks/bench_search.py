@@ -32,10 +32,10 @@ from trinity.graph import load_graph  # noqa: E402
 from trinity.graph.synthetic import training_graph  # noqa: E402
 from trinity.placers import place  # noqa: E402
 from trinity.placers.annealing import anneal, start_placement  # noqa: E402
+from trinity.rl.defaults import TRINITY_SCRATCH_BATCH  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
 
 BAR_S_PER_1000 = 120.0  # Trinity at batch 8 on a 2-4k-op graph, 4 devices, these 2 cores
-TRINITY_BATCH = 64  #: Trinity's own batch from scratch (conf/method/trinity.yaml)
 
 
 def _search(graph, cluster, method: str, batch: int, tmp: str, **loop) -> Search:
@@ -55,7 +55,7 @@ def _iterations(search: Search, n: int) -> float:
 def per_iteration(graph, cluster, rounds: int, per_round: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         runs = {m: _search(graph, cluster, m, 8, tmp) for m in ("trinity", "hierarchical")}
-        runs["trinity-own"] = _search(graph, cluster, "trinity", TRINITY_BATCH, tmp)
+        runs["trinity-own"] = _search(graph, cluster, "trinity", TRINITY_SCRATCH_BATCH, tmp)
         for s in runs.values():
             _iterations(s, 2)  # compile, warm caches
         times = {m: [] for m in runs}
@@ -94,7 +94,7 @@ def time_to_quality(graph, cluster, budget_s: float) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for method in ("trinity", "hierarchical"):
-            s = _search(graph, cluster, method, TRINITY_BATCH if method == "trinity" else 8, tmp)
+            s = _search(graph, cluster, method, TRINITY_SCRATCH_BATCH if method == "trinity" else 8, tmp)
             t0, reached = time.perf_counter(), None
             while time.perf_counter() - t0 < budget_s:
                 s.step()
@@ -139,7 +139,7 @@ def main() -> None:
     print(f"\n1. time per iteration, batch 8, {cluster.name}, interleaved ({args.rounds} rounds of "
           f"{args.per_round} iterations, medians)")
     print(f"{'graph':<24}{'ops':>7}{'k (T/H)':>10}{'Trinity s/it':>14}{'Hier. s/it':>12}{'ratio':>8}"
-          f"{'Trinity s/1000 it':>19}{f'Trinity s/it, batch {TRINITY_BATCH}':>24}")
+          f"{'Trinity s/1000 it':>19}{f'Trinity s/it, batch {TRINITY_SCRATCH_BATCH}':>24}")
     for g in graphs:
         r = per_iteration(g, cluster, args.rounds, args.per_round)
         groups = f"{r['groups']}/{r['h_groups']}"

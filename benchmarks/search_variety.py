@@ -31,6 +31,7 @@ from trinity.graph.synthetic import layered_dag, training_graph  # noqa: E402
 from trinity.placers import place_each  # noqa: E402
 from trinity.placers.annealing import anneal, start_placement  # noqa: E402
 from trinity.progress import progress  # noqa: E402
+from trinity.rl.defaults import TRINITY_SCRATCH_BATCH  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
 
@@ -50,7 +51,7 @@ def main() -> None:
     parser.add_argument("graphs", nargs="*")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=100)
-    parser.add_argument("--batch", type=int, default=64, help="strategies per iteration (conf/method/trinity.yaml's)")
+    parser.add_argument("--batch", type=int, default=TRINITY_SCRATCH_BATCH, help="strategies per iteration")
     parser.add_argument("--csv", default="reports/search_variety.csv")
     parser.add_argument("--agent", type=json.loads, default={}, metavar="JSON",
                         help="Trinity's options for these runs (the agent: block), e.g. '{\"self_imitation\": 10}'")

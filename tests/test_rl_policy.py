@@ -121,7 +121,7 @@ def test_priors_start_groups_contiguous_and_blocks_on_devices():
     strategy = policy.sample(1, torch.Generator().manual_seed(0))
     log_part, log_sched = policy.one_pass(strategy)
     likeliest = log_part.argmax(1)
-    assert torch.equal(likeliest, (ug.rank["breadth"] * 4).long())
+    assert torch.equal(likeliest, (ug.rank("breadth") * 4).long())
     assert log_sched.argmax(1).tolist() == [0, 0, 1, 1]
 
 

@@ -474,3 +474,14 @@ def test_cli_batch_defaults_to_64_for_trinity_from_scratch_else_8(tmp_path, extr
     assert main(["search", str(graph_file), "--cluster", "cpu2", "--groups", "4", "--iterations", "1", "--no-mlflow",
                  "--out", str(out), *small, *extra]) == 0
     assert checkpoint.load(out / checkpoint.FILE)["config"]["batch"] == batch
+
+
+def test_trinitys_scratch_batch_is_the_one_its_method_file_sets():
+    from pathlib import Path
+
+    import yaml
+
+    from trinity.rl.defaults import TRINITY_SCRATCH_BATCH
+
+    conf = yaml.safe_load((Path(__file__).parent.parent / "conf" / "method" / "trinity.yaml").read_text())
+    assert conf["search"]["batch"] == TRINITY_SCRATCH_BATCH == 64

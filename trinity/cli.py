@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from trinity.errors import TrinityError
-from trinity.rl.defaults import BATCH
+from trinity.rl.defaults import BATCH, TRINITY_SCRATCH_BATCH
 
 
 def _graph(path):
@@ -390,7 +390,6 @@ def cmd_validate(args) -> None:
 # before any work is done: a typo, not a request.
 MAX_EXPORT_BATCH = 8192  # the model is traced on a real batch
 MAX_SEARCH_BATCH = 4096  # [batch, units] samples and one simulation each, per iteration
-TRINITY_SCRATCH_BATCH = 64  # conf/method/trinity.yaml's: one pass scores a batch (README, *Where this departs*)
 MAX_THREADS = 1024
 MAX_WORKERS = 256  # each local worker is a TensorFlow process
 

@@ -177,8 +177,10 @@ class OpGraph:
             raise GraphError(f"graph has a cycle: {self._describe_cycle(order)}", source=src, field="edges")
         self._topo = order
 
-    def _kahn_order(self) -> np.ndarray:
-        """Topological order; ties broken by op position so it is deterministic."""
+    def _kahn_order(self, depth_first: bool = False) -> np.ndarray:
+        """Topological order (Kahn's algorithm); ties broken by op position so it is deterministic. Breadth
+        first takes the ready ops as a queue; depth first as a stack, so an op's first consumer to become
+        ready is the next op."""
         n = len(self.ops)
         indeg = [0] * n
         succ: list[list[int]] = [[] for _ in range(n)]
@@ -186,15 +188,16 @@ class OpGraph:
             s, d = self.index[e.src], self.index[e.dst]
             succ[s].append(d)
             indeg[d] += 1
-        queue = deque(i for i in range(n) if indeg[i] == 0)
+        roots = [i for i in range(n) if indeg[i] == 0]
+        ready = deque(reversed(roots) if depth_first else roots)
         order = []
-        while queue:
-            i = queue.popleft()
+        while ready:
+            i = ready.pop() if depth_first else ready.popleft()
             order.append(i)
-            for j in succ[i]:
+            for j in (reversed(succ[i]) if depth_first else succ[i]):
                 indeg[j] -= 1
                 if indeg[j] == 0:
-                    queue.append(j)
+                    ready.append(j)
         return np.asarray(order, dtype=np.int64)
 
     def _describe_cycle(self, order: np.ndarray) -> str:
@@ -225,21 +228,7 @@ class OpGraph:
 
     @cached_property
     def _depth_first(self) -> np.ndarray:
-        a = self.arrays
-        succ: list[list[int]] = [[] for _ in range(self.n_ops)]
-        for s, d in zip(a.src.tolist(), a.dst.tolist()):
-            succ[s].append(d)
-        indeg = np.bincount(a.dst, minlength=self.n_ops).tolist()
-        stack = [i for i in range(self.n_ops) if indeg[i] == 0][::-1]
-        order = []
-        while stack:
-            i = stack.pop()
-            order.append(i)
-            for j in reversed(succ[i]):  # the first consumer ready is the next op
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    stack.append(j)
-        return np.asarray(order, dtype=np.int64)
+        return self._kahn_order(depth_first=True)
 
     def depth_first_order(self) -> np.ndarray:
         """Topological order that follows each op into a consumer as soon as the consumer is ready (Kahn's

@@ -163,15 +163,15 @@ class UnitGraph:
         cross = su != du
         pairs = np.unique(np.stack([su[cross], du[cross]], axis=1), axis=0) if cross.any() else np.zeros((0, 2))
         self.links = torch.from_numpy(pairs.astype(np.int64))
-        # each unit's rank in a topological order of the graph (its ops' mean), in [0, 1): breadth first
-        # (levels of the graph together) and depth first (chains and branches together)
-        self.rank = {"breadth": self._rank(graph.topological_order(), counts),
-                     "depth": self._rank(graph.depth_first_order(), counts)}
+        self._graph, self._counts = graph, counts
 
-    def _rank(self, order: np.ndarray, counts: np.ndarray) -> torch.Tensor:
-        position = np.empty(len(order))
-        position[order] = np.arange(len(order))
-        mean = np.bincount(self.unit_of_op, weights=position, minlength=self.n_units) / counts
+    def rank(self, order: str = "breadth") -> torch.Tensor:
+        """Each unit's rank in [0, 1) in a topological order of the graph (its ops' mean): ``breadth`` first
+        (levels of the graph together) or ``depth`` first (chains and branches together)."""
+        ops = self._graph.topological_order() if order == "breadth" else self._graph.depth_first_order()
+        position = np.empty(len(ops))
+        position[ops] = np.arange(len(ops))
+        mean = np.bincount(self.unit_of_op, weights=position, minlength=self.n_units) / self._counts
         return torch.from_numpy((np.argsort(np.argsort(mean, kind="stable")) / self.n_units).astype(np.float32))
 
 
@@ -187,7 +187,7 @@ class PlacementPolicy(nn.Module):
             nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, k))  # dropout: in partition_logits, from a seed
         # An addition to the paper: lets a warm start reproduce a placer exactly (see PolicyConfig).
         self.unit_logits = nn.Parameter(torch.zeros(unit_graph.n_units, k)) if cfg.unit_logits else None
-        centre = torch.arange(k, dtype=torch.float32)[None] + 0.5 - k * unit_graph.rank[cfg.locality_order][:, None]
+        centre = torch.arange(k, dtype=torch.float32)[None] + 0.5 - k * unit_graph.rank(cfg.locality_order)[:, None]
         self._prior = -cfg.topo_prior * centre.abs() if cfg.topo_prior else None  # [U, k], fixed
         block = torch.arange(n_devices)[None] + 0.5 - n_devices * (torch.arange(k)[:, None] + 0.5) / k
         self._block_prior = -cfg.block_prior * block.abs() if cfg.block_prior else None  # [k, D], fixed

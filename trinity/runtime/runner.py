@@ -24,8 +24,9 @@ every strategy once), because step times here drift by tens of percent over
 minutes: interleaving spreads the drift evenly instead of charging it to
 whichever strategy ran last. It traces a step in each of the first two
 rounds and keeps the trace with more transfers: a traced step has been seen
-to lose half its ``RecvTensor`` records (`Measurement.keep_trace`). Every wait has a timeout: a run that does not
-finish raises `WorkerError` instead of hanging. The machine's 1-minute load
+to lose half its ``RecvTensor`` records (`Measurement.keep_trace`). Every
+wait has a timeout: a run that does not finish raises `WorkerError` instead
+of hanging. The machine's 1-minute load
 average is recorded before and after every run (the workers are pinned to
 cores, but nothing stops other jobs from using them).
 """
