@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation anneal-calibration search-variety bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate anneal-calibration search-variety bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -87,6 +87,16 @@ ablation: $(STAMP)  ## Trinity from scratch, change by change, 5 seeds on 3 case
 	$(PY) benchmarks/search_ablation.py --seeds 5 --csv reports/search_ablation.csv \
 		--case data/inception_v3/profile/graph.json.gz:p100x2 --case data/inception_v3/profile/graph.json.gz:p100x4 \
 		--case $(REFERENCE_GNMT):p100x4
+
+# The self-imitation gate on the policy's own likeliest devices against the default's gate on the elite, in one
+# run (rows 7 and 13 of benchmarks/search_ablation.py), on an InceptionV3 exported here (its P100 costs are the
+# default experiment's; its features are computed by the search, not the embed stage's) and GNMT; ~8 min.
+GATE_GRAPH := data/gate/inception_v3.json.gz
+ablation-gate: $(STAMP)  ## self-imitation's gate, elite vs mode, 5 seeds on 3 cases, one run (reports/search_gate.csv)
+	test -f $(GATE_GRAPH) || ($(VENV)/bin/trinity export inception_v3 --out data/gate/exported.json.gz && \
+		$(VENV)/bin/trinity profile data/gate/exported.json.gz --out $(GATE_GRAPH))
+	$(PY) benchmarks/search_ablation.py --only 7,13 --seeds 5 --csv reports/search_gate.csv \
+		--case $(GATE_GRAPH):p100x2 --case $(GATE_GRAPH):p100x4 --case $(REFERENCE_GNMT):p100x4
 
 anneal-calibration: $(STAMP)  ## how cold calibrated annealing starts: accept_start on 4 graph families, 2 budgets (needs `make repro`'s data/; ~17 min)
 	$(PY) benchmarks/anneal_calibration.py --csv reports/anneal_calibration.csv

@@ -61,6 +61,8 @@ VARIANTS = [
     # ... and on top of the default
     ("default, stretches of a depth-first order", 64,
      {**DEFAULT, "policy": {**DEFAULT["policy"], "locality_order": "depth"}}),
+    ("default, self-imitation gated on the policy's own likeliest devices", 64,
+     {**DEFAULT, "self_imitation_gate": "mode"}),
 ]
 PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
 
@@ -84,7 +86,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--csv", default="reports/search_ablation.csv")
+    parser.add_argument("--only", type=lambda x: [int(i) for i in x.split(",")], default=None, metavar="I,J",
+                        help="run only these rows (0-based positions in VARIANTS), e.g. to compare two in one run")
     args = parser.parse_args()
+    if args.only and not all(0 <= i < len(VARIANTS) for i in args.only):
+        parser.error(f"--only: rows are 0 to {len(VARIANTS) - 1}")
     rows = []
     done = pd.read_csv(args.csv) if Path(args.csv).exists() else pd.DataFrame()
     loaded = cases(args)
@@ -95,7 +101,7 @@ def main() -> None:
             rows.append({"case": name, "variant": placer, "seed": 0, "step_time_ms": res.step_time_us / 1e3,
                          "busiest_share": res.busiest_share, "seconds": 0.0, "kind": "placer"})
     # the cheap variants first, the paper's sequential decoder last: an ablation cut short has every change
-    order = VARIANTS[1:] + VARIANTS[:1]
+    order = [VARIANTS[i] for i in args.only] if args.only else VARIANTS[1:] + VARIANTS[:1]
     jobs = [(v, s, c) for v in order for c in loaded for s in range(args.seeds)]
     for (variant, batch, agent), seed, (name, graph, cluster, features) in progress(jobs, desc="ablation"):
         if len(done):  # resume: a run already in the CSV is kept

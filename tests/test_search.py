@@ -362,6 +362,7 @@ def test_the_agent_loop_reproduces_the_search_before_the_move(tmp_path, key):
     ({"agent": {"self_imitation": -1.0}}, "agent.self_imitation"),
     ({"agent": {"self_imitation": 1.0, "policy": {"decoder": "sequential"}}}, "agent.self_imitation"),
     ({"agent": {"self_imitation_agreement": 1.5}}, "agent.self_imitation_agreement"),
+    ({"agent": {"self_imitation_gate": "best"}}, "agent.self_imitation_gate"),
 ])
 def test_bad_search_settings_are_refused_naming_the_field(settings, field):
     with pytest.raises(TrinityError) as err:
@@ -425,6 +426,23 @@ def test_agreement_with_the_elite_by_hand(tmp_path):
     strategy = Strategy(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long),
                         distributions=(log_part, log_sched))
     assert s.agent._agreement(strategy) == pytest.approx(0.6)
+
+
+def test_agreement_with_the_policys_own_likeliest_devices_by_hand(tmp_path):
+    """Gate "mode": unit 0's devices have p (0.8, 0.2), unit 1's (0.6, 0.4) (groups half and half: (0.8 + 0.4) / 2
+    on device 0): each unit's likeliest device, averaged, (0.8 + 0.6) / 2, wherever the elite lies."""
+    import torch
+
+    from trinity.rl.policy import Strategy
+
+    s = Search(two_chains(), cluster(), config("trinity", 1, agent={"self_imitation": 1.0, "self_imitation_gate": "mode"}),
+               tmp_path, progress=False)
+    log_part = torch.tensor([[1.0, 0.0], [0.5, 0.5]]).log()
+    log_sched = torch.tensor([[0.8, 0.2], [0.4, 0.6]]).log()
+    s.agent.elite = (torch.tensor([0, 1]), torch.tensor([1, 1]), 0.0)  # ignored by this gate
+    strategy = Strategy(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long),
+                        distributions=(log_part, log_sched))
+    assert s.agent._agreement(strategy) == pytest.approx(0.7)
 
 
 def test_self_imitation_waits_for_the_policy_to_agree_with_its_elite(tmp_path):

@@ -65,6 +65,10 @@ class TrinityOptions:
     #: where the elite does (in expectation): then the elite is where PPO alone has already taken the policy,
     #: not an early lucky split far from it; None = from the first update
     self_imitation_agreement: float | None = 0.97
+    #: whose placement that share is measured against: "elite" (the best strategy's) or "mode" (the policy's
+    #: own likeliest device for each unit: the gate opens once PPO has settled in a basin, even where the
+    #: elite lies outside it, as an early spread split better than the one device PPO settled on)
+    self_imitation_gate: str = "elite"
     embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
@@ -87,6 +91,8 @@ class TrinityOptions:
         if self.self_imitation and self.policy.decoder != "parallel":
             raise TrinityError("needs policy.decoder=parallel (the sequential decoder's noise is drawn per sample)",
                                field="self_imitation")
+        if self.self_imitation_gate not in ("elite", "mode"):
+            raise TrinityError(f"must be elite or mode, got {self.self_imitation_gate!r}", field="self_imitation_gate")
         check_range("trinity", "embedding_dim", self.embedding_dim, 1, 1024)
         check_range("trinity", "policy.lstm_hidden", self.policy.lstm_hidden, 1, 4096)
 
@@ -186,10 +192,13 @@ class TrinityAgent(TwoLevelAgent):
             self.elite = (strategy.groups[i].clone(), strategy.devices[i].clone(), float(rewards[i]))
 
     def _agreement(self, strategy) -> float:
-        """Expected share of units a sample of the batch's distribution puts on the elite's device:
-        sum over groups g of P(unit -> g) P(g -> elite's device of the unit), averaged over units."""
+        """Expected share of units a sample of the batch's distribution puts on the elite's device (gate
+        "elite"): sum over groups g of P(unit -> g) P(g -> elite's device of the unit), averaged over units;
+        or on the unit's likeliest device (gate "mode"): max over devices d of that sum."""
         with torch.no_grad():
             log_part, log_sched = strategy.distributions or self.policy.one_pass(strategy)
+            if self.options.self_imitation_gate == "mode":  # P(unit -> device) [U, D], its likeliest device
+                return float((log_part.exp() @ log_sched.exp()).max(1).values.mean())
             groups, devices, _ = self.elite
             unit_device = devices[groups]  # [U]
             return float((log_part.exp() * log_sched.exp()[:, unit_device].T).sum(1).mean())
