@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate anneal-calibration search-variety bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate anneal-calibration variety-graphs search-variety search-variety-mode bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -88,15 +88,19 @@ ablation: $(STAMP)  ## Trinity from scratch, change by change, 5 seeds on 3 case
 		--case data/inception_v3/profile/graph.json.gz:p100x2 --case data/inception_v3/profile/graph.json.gz:p100x4 \
 		--case $(REFERENCE_GNMT):p100x4
 
+# Graphs the benchmarks below export and profile here, outside the pipeline: their P100 costs (the roofline's)
+# are the pipeline's exactly, their CPU-measured costs, and so the op features the searches compute, are not.
+# $(call exported,NAME,EXPORT ARGUMENTS[,PROFILE ARGUMENTS]) makes data/exported/NAME.json.gz once.
+exported = test -f data/exported/$(1).json.gz || ($(VENV)/bin/trinity export $(2) --out data/exported/$(1).raw.json.gz && \
+	$(VENV)/bin/trinity profile data/exported/$(1).raw.json.gz $(3) --out data/exported/$(1).json.gz)
+
 # The self-imitation gate on the policy's own likeliest devices against the default's gate on the elite, in one
-# run (rows 7 and 13 of benchmarks/search_ablation.py), on an InceptionV3 exported here (its P100 costs are the
-# default experiment's; its features are computed by the search, not the embed stage's) and GNMT; ~8 min.
-GATE_GRAPH := data/gate/inception_v3.json.gz
+# run (rows 7 and 13 of benchmarks/search_ablation.py), on InceptionV3 and GNMT; ~8 min.
 ablation-gate: $(STAMP)  ## self-imitation's gate, elite vs mode, 5 seeds on 3 cases, one run (reports/search_gate.csv)
-	test -f $(GATE_GRAPH) || ($(VENV)/bin/trinity export inception_v3 --out data/gate/exported.json.gz && \
-		$(VENV)/bin/trinity profile data/gate/exported.json.gz --out $(GATE_GRAPH))
+	$(call exported,inception_v3,inception_v3)
 	$(PY) benchmarks/search_ablation.py --only 7,13 --seeds 5 --csv reports/search_gate.csv \
-		--case $(GATE_GRAPH):p100x2 --case $(GATE_GRAPH):p100x4 --case $(REFERENCE_GNMT):p100x4
+		--case data/exported/inception_v3.json.gz:p100x2 --case data/exported/inception_v3.json.gz:p100x4 \
+		--case $(REFERENCE_GNMT):p100x4
 
 anneal-calibration: $(STAMP)  ## how cold calibrated annealing starts: accept_start on 4 graph families, 2 budgets (needs `make repro`'s data/; ~17 min)
 	$(PY) benchmarks/anneal_calibration.py --csv reports/anneal_calibration.csv
@@ -104,8 +108,23 @@ anneal-calibration: $(STAMP)  ## how cold calibrated annealing starts: accept_st
 bounds: $(STAMP)  ## room left: a lower bound counting communication per op-placement case (needs `make repro`'s data/; ~6 min)
 	$(PY) benchmarks/bounds.py --time-limit 60 --nodes 40 --csv results/bounds.csv
 
-search-variety: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (needs `make repro`'s data/; ~15 min)
-	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv data/nmt_2layer_s12/profile/graph.json.gz
+# The held-out graphs: the synthetic ones of benchmarks/search_variety.py, then NMT 2-layer on 12 steps (the
+# pipeline's nmt_2layer_s12), a transformer LM (8 blocks, width 512) and a ResNet (18 blocks, width 64-256).
+VARIETY_GRAPHS := data/exported/nmt_2layer_s12.json.gz data/exported/transformer_lm_8x512.json.gz \
+	data/exported/resnet_18x256.json.gz
+RESNET_WIDTHS := widths=[64,128,256]
+variety-graphs: $(STAMP)
+	$(call exported,nmt_2layer_s12,nmt_2layer --batch 16 --option seq_len=12)
+	$(call exported,transformer_lm_8x512,transformer_lm --batch 32 --option n_layers=8 --option d_model=512 \
+		--option d_ff=2048 --option seq_len=128 --option n_heads=8,--steps 3)
+	$(call exported,resnet_18x256,resnet_small --batch 128 --option blocks_per_stage=6 --option '$(RESNET_WIDTHS)',--steps 3)
+
+search-variety: variety-graphs  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (~25 min)
+	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv $(VARIETY_GRAPHS)
+
+search-variety-mode: variety-graphs  ## the same with self-imitation gated on the policy's own likeliest devices (~25 min)
+	$(PY) benchmarks/search_variety.py --csv reports/search_variety_mode.csv --agent '{"self_imitation_gate": "mode"}' \
+		$(VARIETY_GRAPHS)
 
 learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot policy on the project's synthetic graphs (~10 min)
 	$(PY) benchmarks/learned_list_train.py --out trinity/rl/pretrained/learned-list.pt
