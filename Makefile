@@ -119,10 +119,10 @@ variety-graphs: $(STAMP)
 		--option d_ff=2048 --option seq_len=128 --option n_heads=8,--steps 3)
 	$(call exported,resnet_18x256,resnet_small --batch 128 --option blocks_per_stage=6 --option '$(RESNET_WIDTHS)',--steps 3)
 
-search-variety: variety-graphs  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (~25 min)
+search-variety: variety-graphs  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (~13 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv $(VARIETY_GRAPHS)
 
-search-variety-mode: variety-graphs  ## the same with self-imitation gated on the policy's own likeliest devices (~25 min)
+search-variety-mode: variety-graphs  ## the same with self-imitation gated on the policy's own likeliest devices (~13 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_mode.csv --agent '{"self_imitation_gate": "mode"}' \
 		$(VARIETY_GRAPHS)
 
