@@ -199,6 +199,8 @@ class TrinityAgent(TwoLevelAgent):
             log_part, log_sched = strategy.distributions or self.policy.one_pass(strategy)
             if self.options.self_imitation_gate == "mode":  # P(unit -> device) [U, D], its likeliest device
                 return float((log_part.exp() @ log_sched.exp()).max(1).values.mean())
+            # the elite's sum as it always was (not a gather from the [U, D] product above): the same floats,
+            # so a search's gate opens on the same update as in the committed runs
             groups, devices, _ = self.elite
             unit_device = devices[groups]  # [U]
             return float((log_part.exp() * log_sched.exp()[:, unit_device].T).sum(1).mean())
