@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate anneal-calibration variety-graphs search-variety search-variety-mode bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-mode search-variety-explore bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -102,6 +102,14 @@ ablation-gate: $(STAMP)  ## self-imitation's gate, elite vs mode, 5 seeds on 3 c
 		--case data/exported/inception_v3.json.gz:p100x2 --case data/exported/inception_v3.json.gz:p100x4 \
 		--case $(REFERENCE_GNMT):p100x4
 
+# What lets a settled policy climb, on top of gate mode (rows 13-16 of benchmarks/search_ablation.py): free logit
+# tables at their own rate, 8 units explored per sample, both; the same cases as ablation-gate; ~25 min.
+ablation-explore: $(STAMP)  ## free logit tables and exploration on top of gate mode, 5 seeds on 3 cases (reports/search_explore.csv)
+	$(call exported,inception_v3,inception_v3)
+	$(PY) benchmarks/search_ablation.py --only 13,14,15,16 --seeds 5 --csv reports/search_explore.csv \
+		--case data/exported/inception_v3.json.gz:p100x2 --case data/exported/inception_v3.json.gz:p100x4 \
+		--case $(REFERENCE_GNMT):p100x4
+
 anneal-calibration: $(STAMP)  ## how cold calibrated annealing starts: accept_start on 4 graph families, 2 budgets (needs `make repro`'s data/; ~17 min)
 	$(PY) benchmarks/anneal_calibration.py --csv reports/anneal_calibration.csv
 
@@ -124,6 +132,13 @@ search-variety: variety-graphs  ## Trinity from scratch vs m-ETF and annealing o
 
 search-variety-mode: variety-graphs  ## the same with self-imitation gated on the policy's own likeliest devices (~13 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_mode.csv --agent '{"self_imitation_gate": "mode"}' \
+		$(VARIETY_GRAPHS)
+
+# The candidate for the next from-scratch default: gate `mode`, free logit tables at their own rate, and a sampling
+# temperature that keeps 8 units per sample off the policy's likeliest devices (README's ablation, rows 14-16).
+EXPLORE_AGENT := {"self_imitation_gate": "mode", "table_lr": 0.1, "explore": 8, "policy": {"unit_logits": true, "group_logits": true}}
+search-variety-explore: variety-graphs  ## the same with the candidate settings (EXPLORE_AGENT) (~13 min)
+	$(PY) benchmarks/search_variety.py --csv reports/search_variety_explore.csv --agent '$(EXPLORE_AGENT)' \
 		$(VARIETY_GRAPHS)
 
 learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot policy on the project's synthetic graphs (~10 min)

@@ -4,7 +4,8 @@ Each variant adds one change to the one before, from the paper's Trinity as this
 it (sequential seq2seq decoder, uniform start, Adam 1e-3, batch 8) to today's defaults (advantages
 normalised within the batch, then self-imitation of the best strategy sampled once the policy agrees
 with it on 97% of the units, then 64 strategies per iteration, then 128 groups instead of 256 to pay
-for them), then the variants not kept, each on top of the locality prior; every
+for them), then the variants not kept, each on top of the locality prior, then the ones on top of the
+default (a depth-first order; gate `mode`) and on top of gate `mode` (free logit tables, exploration); every
 variant runs the default experiment's budget (100 iterations) from scratch, over 5 seeds, on each
 case. Writes one row per run (``--csv``) and prints mean +/- standard deviation of the best step
 time per case and variant, beside the best placer's, with the share of compute on the busiest
@@ -34,14 +35,18 @@ from trinity.rl.search import Search, SearchConfig  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
 
 #: what each row leaves off or sets, written out in full so a row means the same whatever the defaults are
-OFF = {"num_groups": 256, "normalize_advantages": False, "self_imitation": 0.0, "self_imitation_agreement": None}
-PAPER = {**OFF, "lr": 1e-3, "policy": {"decoder": "sequential", "topo_prior": 0.0, "block_prior": 0.0}}
+OFF = {"num_groups": 256, "normalize_advantages": False, "self_imitation": 0.0, "self_imitation_agreement": None,
+       "self_imitation_gate": "elite", "table_lr": None, "explore": 0.0}
+PAPER = {**OFF, "lr": 1e-3, "policy": {"decoder": "sequential", "topo_prior": 0.0, "block_prior": 0.0,
+                                       "unit_logits": None, "group_logits": False}}
 LOCALITY = {**OFF, "lr": 1e-2, "policy": {"decoder": "parallel", "topo_prior": 1.0, "locality_order": "breadth",
-                                          "block_prior": 0.0}}
+                                          "block_prior": 0.0, "unit_logits": None, "group_logits": False}}
 BLOCK = {**LOCALITY, "policy": {**LOCALITY["policy"], "block_prior": 3.0}}
 NORMALISED = {**LOCALITY, "normalize_advantages": True}
 IMITATION = {**NORMALISED, "self_imitation": 10.0, "self_imitation_agreement": 0.97}
 DEFAULT = {**IMITATION, "num_groups": 128}
+MODE = {**DEFAULT, "self_imitation_gate": "mode"}
+TABLES = {**MODE, "table_lr": 0.1, "policy": {**DEFAULT["policy"], "unit_logits": True, "group_logits": True}}
 #: (name, batch, agent options): the chain to today's default, then the variants not kept
 VARIANTS = [
     ("paper (sequential decoder, lr 1e-3)", 8, PAPER),
@@ -61,8 +66,11 @@ VARIANTS = [
     # ... and on top of the default
     ("default, stretches of a depth-first order", 64,
      {**DEFAULT, "policy": {**DEFAULT["policy"], "locality_order": "depth"}}),
-    ("default, self-imitation gated on the policy's own likeliest devices", 64,
-     {**DEFAULT, "self_imitation_gate": "mode"}),
+    ("default, self-imitation gated on the policy's own likeliest devices", 64, MODE),
+    # ... and on top of that gate (row 13): what lets a settled policy climb
+    ("gate mode + free logit tables at rate 0.1", 64, TABLES),
+    ("gate mode + 8 units explored per sample", 64, {**MODE, "explore": 8.0}),
+    ("gate mode + free tables + 8 units explored (the candidate)", 64, {**TABLES, "explore": 8.0}),
 ]
 PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
 

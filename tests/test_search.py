@@ -229,18 +229,69 @@ def test_warm_start_imitates_a_placer_and_starts_from_its_output(tmp_path):
     assert saved.meta["method"] == "m-etf (warm start)" and saved.meta["iteration"] == -1
 
 
-def test_unit_logits_start_at_zero_and_can_reproduce_any_partition(tmp_path):
+def test_free_logit_tables_start_at_zero_and_can_reproduce_any_strategy(tmp_path):
     import torch
 
     g = two_chains()
     plain = Search(g, cluster(), config("trinity", 1), tmp_path / "a", progress=False)
-    free = Search(g, cluster(), config("trinity", 1, policy=PolicyConfig(**{**TINY.__dict__, "unit_logits": True})),
-                  tmp_path / "b", progress=False)
+    tables = PolicyConfig(**{**TINY.__dict__, "unit_logits": True, "group_logits": True})
+    free = Search(g, cluster(), config("trinity", 1, policy=tables), tmp_path / "b", progress=False)
     free.agent.policy.eval(), plain.agent.policy.eval()
-    assert torch.equal(free.agent.policy.partition_logits(), plain.agent.policy.partition_logits())  # zero table
-    with torch.no_grad():  # a table entry alone decides a unit's group, whatever its features say
+    strategy = plain.agent.policy.sample(1, plain.generator)
+    for mine, theirs in zip(free.agent.policy.one_pass(strategy), plain.agent.policy.one_pass(strategy)):
+        assert torch.equal(mine, theirs)  # zero tables: the same distributions
+    with torch.no_grad():  # a table entry alone decides a unit's group or a group's device, whatever the networks say
         free.agent.policy.unit_logits[3, 2] = 100.0
-    assert (free.agent.policy.sample(8, free.generator).groups[:, 3] == 2).all()
+        free.agent.policy.group_logits[1, 0] = 100.0
+        free.agent.policy.group_logits[2, 1] = 100.0
+    sampled = free.agent.policy.sample(8, free.generator)
+    assert (sampled.groups[:, 3] == 2).all() and (sampled.devices[:, 1] == 0).all() and (sampled.devices[:, 2] == 1).all()
+
+
+def test_table_lr_is_the_free_tables_own_rate(tmp_path):
+    policy = PolicyConfig(**{**TINY.__dict__, "unit_logits": True, "group_logits": True})
+    s = Search(two_chains(), cluster(), config("trinity", 1, policy=policy, agent={"table_lr": 0.25}), tmp_path,
+               progress=False)
+    network, tables = s.agent.optimizer.param_groups
+    assert network["lr"] == 0.01 and tables["lr"] == 0.25
+    assert tables["params"] == [s.agent.policy.unit_logits, s.agent.policy.group_logits]
+    assert len(network["params"]) + 2 == len(list(s.agent.policy.parameters()))
+
+
+def test_exploring_temperature_by_hand():
+    """Two units in one group, its devices' logits (2 ln 3, 0): at temperature t each unit is off device 0 with
+    probability 1 / (1 + e^(2 ln 3 / t)), so 0.5 units of 2 are off it at t = 2 (1 / (1 + 3) each)."""
+    import math
+
+    import torch
+
+    from trinity.rl.policy import exploring_temperature
+
+    part = torch.zeros(2, 1)
+    sched = torch.tensor([[2 * math.log(3), 0.0]])
+    assert exploring_temperature(part, sched, 0.5) == pytest.approx(2.0, rel=1e-3)
+    assert exploring_temperature(part, sched, 0.1) == 1.0  # 2 / (1 + 9) = 0.2 already at t = 1: never sharper
+    assert exploring_temperature(part, sched, 0.5) >= 2.0  # the bisection's upper end: at least the units asked
+
+
+def test_exploration_keeps_ppos_ratio_exactly_one_and_puts_units_elsewhere(tmp_path):
+    """With ``explore``, the batch is sampled at the temperature found (>= 1) and PPO's new log-probabilities
+    are under the same: the ratio before the update is exactly 1."""
+    import torch
+
+    cfg = config("trinity", 5, agent={"explore": 3.0})
+    s = Search(two_chains(), cluster(), cfg, tmp_path, progress=False)
+    with torch.no_grad():  # a settled policy: every unit's group and every group's device nearly certain
+        s.agent.policy.device_logits.bias.copy_(torch.tensor([40.0, -40.0]))
+    samples = s.agent.sample(cfg.batch, s.generator, 0)
+    strategy = samples.data
+    assert strategy.temperature > 1.0
+    s.agent.policy.train()
+    logp, _ = s.agent.policy.log_prob(strategy)
+    assert torch.equal((logp - strategy.logp).exp(), torch.ones_like(logp))
+    log_part, log_sched = s.agent.policy.one_pass(strategy)
+    off = (1 - (log_part.exp() @ log_sched.exp()).max(1).values).sum()
+    assert float(off) == pytest.approx(3.0, rel=1e-2)
 
 
 def test_ppo_ratio_is_exactly_one_before_the_update(tmp_path):
@@ -363,6 +414,10 @@ def test_the_agent_loop_reproduces_the_search_before_the_move(tmp_path, key):
     ({"agent": {"self_imitation": 1.0, "policy": {"decoder": "sequential"}}}, "agent.self_imitation"),
     ({"agent": {"self_imitation_agreement": 1.5}}, "agent.self_imitation_agreement"),
     ({"agent": {"self_imitation_gate": "best"}}, "agent.self_imitation_gate"),
+    ({"agent": {"explore": -1}}, "agent.explore"),
+    ({"agent": {"explore": 4, "policy": {"decoder": "sequential"}}}, "agent.explore"),
+    ({"agent": {"table_lr": 0.0}}, "agent.table_lr"),
+    ({"agent": {"policy": {"group_logits": True, "decoder": "sequential"}}}, "agent.policy"),
 ])
 def test_bad_search_settings_are_refused_naming_the_field(settings, field):
     with pytest.raises(TrinityError) as err:

@@ -10,12 +10,16 @@
   after the smallest update.
 * `reinforce_loss`: L = -mean(A * logp) (Williams 1992), as Hierarchical uses.
 * `normalised_advantages`: A = (R - mean(R)) / std(R) within one batch (CleanRL's norm_adv).
+* `temperature_for_exploration`: the lowest sampling temperature >= 1 that keeps a target number of
+  decisions off a policy's likeliest choices (Trinity's ``explore``, learned-list's).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -56,3 +60,18 @@ def normalised_advantages(rewards: torch.Tensor, eps: float = 1e-8) -> torch.Ten
     if len(rewards) < 2:
         return torch.zeros_like(rewards)
     return (rewards - rewards.mean()) / (rewards.std() + eps)
+
+
+def temperature_for_exploration(off: Callable[[float], float], target: float, *, steps: int = 12,
+                                highest: float = 1e4) -> float:
+    """The lowest sampling temperature >= 1 (it never sharpens a policy) at which ``off(t)``, the expected
+    decisions off the policy's likeliest choices (increasing in t), reaches ``target``: bisection on log t,
+    returning its upper end (at least ``target``, up to ``highest``)."""
+    if off(1.0) >= target:
+        return 1.0
+    lo, hi = 0.0, float(np.log(highest))
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if off(float(np.exp(mid))) < target else (lo, mid)
+    return float(np.exp(hi))
+

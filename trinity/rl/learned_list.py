@@ -36,7 +36,7 @@ from trinity.graph.ir import OpGraph
 from trinity.reward import mdpe_reward
 from trinity.rl import list_decoder as dec
 from trinity.rl.agent import Agent, AgentContext, Samples, check_range, register
-from trinity.rl.algorithms import ppo_loss
+from trinity.rl.algorithms import ppo_loss, temperature_for_exploration
 
 #: the committed pre-trained policy (`make learned-list-policy` regenerates it)
 DEFAULT_POLICY = Path(__file__).parent / "pretrained" / "learned-list.pt"
@@ -278,13 +278,7 @@ def calibrated_temperature(rollout: Rollout, cs: torch.Tensor, cp: torch.Tensor,
         def off(t: float) -> float:
             return (rollout.select.off_argmax(cs, t) + rollout.place.off_argmax(cp, t)) / episodes
 
-        if off(1.0) >= explore:
-            return 1.0
-        lo, hi = 0.0, float(np.log(highest))
-        for _ in range(steps):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if off(float(np.exp(mid))) < explore else (lo, mid)
-        return float(np.exp(hi))
+        return temperature_for_exploration(off, explore, steps=steps, highest=highest)
 
 
 # ----------------------------------------------------------------------------- policy files

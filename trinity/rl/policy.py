@@ -41,7 +41,10 @@ default), and blocks of consecutive groups start on the same device
 (``block_prior``, off by default: it breaks the symmetry between
 interchangeable devices that independent per-group choices cannot, but on
 InceptionV3 it held the search far above one device; see the README's
-ablation).
+ablation). Free logits per (unit, group) and per (group, device)
+(``unit_logits``, ``group_logits``) let the policy settle on any strategy
+exactly; a sampling temperature (``explore``) keeps a settled policy
+trying a few units on other devices.
 
 Dropout is active only in training passes: strategies are sampled, and
 their old log-probabilities evaluated, with the deterministic network.
@@ -58,6 +61,7 @@ from torch.nn import functional as F
 
 from trinity.features import OpFeatures
 from trinity.graph.ir import OpGraph
+from trinity.rl.algorithms import temperature_for_exploration
 
 
 @dataclass
@@ -76,6 +80,11 @@ class PolicyConfig:
     #: add a free logit per (unit, group), zero at first, to the partition network's output;
     #: None = only in warm-started searches (a feature network alone imitated 86% of GNMT's units)
     unit_logits: bool | None = None
+    #: add a free logit per (group, device), zero at first, to the schedule's squashed output (parallel decoder):
+    #: the schedule network alone cannot put every group where a strategy did (it matched 89% of an elite's
+    #: 128 groups after 60 iterations of imitation on a layered DAG), so without it PPO cannot settle exactly on
+    #: a strategy it found
+    group_logits: bool = False
     #: "parallel": one pass scores the whole batch (groups embedded from the expected partition, every
     #: group's device distribution from the encoder by attention, exploration noise shared by the batch);
     #: "sequential": the paper's seq2seq decoder fed the previous group's device, per sampled partition
@@ -98,6 +107,8 @@ class PolicyConfig:
             raise ValueError(f"policy.decoder must be parallel or sequential, got {self.decoder!r}")
         if self.locality_order not in ("breadth", "depth"):
             raise ValueError(f"policy.locality_order must be breadth or depth, got {self.locality_order!r}")
+        if self.group_logits and self.decoder != "parallel":
+            raise ValueError("policy.group_logits needs policy.decoder=parallel")
 
 
 @dataclass
@@ -117,6 +128,11 @@ class Strategy:
     dropout_seed: int | None = None  # None: no dropout
     noise_seed: int = 0
     noise: float = 0.0
+    #: the sampling temperature: every logit (noise included) is divided by it before the softmax (parallel
+    #: decoder); None = found by the first pass: the lowest (>= 1) at which a sample is expected to put
+    #: ``explore`` units off their likeliest device (`exploring_temperature`)
+    temperature: float | None = 1.0
+    explore: float = 0.0
     #: the parallel decoder's distributions as sampled, with their autograd graph (``keep_graph``): the
     #: update's first pass reuses them instead of recomputing the same values
     distributions: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -187,6 +203,7 @@ class PlacementPolicy(nn.Module):
             nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, k))  # dropout: in partition_logits, from a seed
         # An addition to the paper: lets a warm start reproduce a placer exactly (see PolicyConfig).
         self.unit_logits = nn.Parameter(torch.zeros(unit_graph.n_units, k)) if cfg.unit_logits else None
+        self.group_logits = nn.Parameter(torch.zeros(k, n_devices)) if cfg.group_logits else None
         centre = torch.arange(k, dtype=torch.float32)[None] + 0.5 - k * unit_graph.rank(cfg.locality_order)[:, None]
         self._prior = -cfg.topo_prior * centre.abs() if cfg.topo_prior else None  # [U, k], fixed
         block = torch.arange(n_devices)[None] + 0.5 - n_devices * (torch.arange(k)[:, None] + 0.5) / k
@@ -264,14 +281,21 @@ class PlacementPolicy(nn.Module):
         """The parallel decoder's distributions for a whole batch: log-probabilities of each unit's group
         [U, k] and of each group's device [k, D], under the batch's dropout mask and shared noise."""
         on_groups, on_devices = strategy.exploration(self.cfg.num_groups, self.n_devices, shared=True)
-        log_part = F.log_softmax(self.partition_logits(strategy.dropout_seed) + on_groups[0], dim=1)
+        part = self.partition_logits(strategy.dropout_seed) + on_groups[0]
+        log_part = F.log_softmax(part, dim=1)
         # the partition is an input to the schedule network, not a path for its gradient (as a sampled one)
         enc, _ = self.encoder(self.project(self.expected_group_embeddings(log_part.detach().exp())))
         sched = self._squash(self._attend(enc, enc))[0] + on_devices[0]
+        if self.group_logits is not None:
+            sched = sched + self.group_logits
         if self._block_prior is not None:
             sched = sched + self._block_prior
-        log_sched = F.log_softmax(sched, dim=1)
-        return log_part, log_sched
+        if strategy.temperature is None:
+            strategy.temperature = exploring_temperature(part.detach(), sched.detach(), strategy.explore)
+        t = strategy.temperature
+        if t == 1.0:  # the same floats as before exploration existed: committed runs reproduce bit for bit
+            return log_part, F.log_softmax(sched, dim=1)
+        return F.log_softmax(part / t, dim=1), F.log_softmax(sched / t, dim=1)
 
     # ------------------------------------------------------------- schedule
     def _squash(self, u: torch.Tensor) -> torch.Tensor:
@@ -291,8 +315,11 @@ class PlacementPolicy(nn.Module):
 
     # ------------------------------------------------------------- sampling
     @torch.no_grad()
-    def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0, keep_graph: bool = False) -> Strategy:
-        """Sample ``batch`` strategies; ``noise`` adds U(-noise, noise) to every logit (exploration).
+    def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0, keep_graph: bool = False,
+               explore: float = 0.0) -> Strategy:
+        """Sample ``batch`` strategies; ``noise`` adds U(-noise, noise) to every logit (exploration);
+        ``explore`` (parallel decoder) raises the temperature until a sample is expected to put that many
+        units off their likeliest device.
 
         Every random draw is taken up front from ``generator``: the dropout and noise seeds, units'
         groups by inverse-CDF sampling, devices by Gumbel-max inside the compiled decoder (sequential)
@@ -302,7 +329,8 @@ class PlacementPolicy(nn.Module):
         k, d = self.cfg.num_groups, self.n_devices
         dropout_seed, noise_seed = (int(x) for x in torch.randint(0, 2 ** 62, (2,), generator=generator))
         strategy = Strategy(torch.zeros(batch, self.ug.n_units, dtype=torch.long), torch.zeros(batch, k, dtype=torch.long),
-                            dropout_seed=dropout_seed if self.training else None, noise_seed=noise_seed, noise=noise)
+                            dropout_seed=dropout_seed if self.training else None, noise_seed=noise_seed, noise=noise,
+                            temperature=None if explore > 0 else 1.0, explore=explore)
         if self.cfg.decoder == "parallel":
             with torch.set_grad_enabled(keep_graph):
                 log_part, log_sched = self.one_pass(strategy)
@@ -352,6 +380,16 @@ class PlacementPolicy(nn.Module):
         """[B, U + k] log-probabilities of a batch's decisions under one pass's distributions."""
         u, k = log_part.shape[0], log_sched.shape[0]
         return torch.cat([log_part[torch.arange(u), strategy.groups], log_sched[torch.arange(k), strategy.devices]], 1)
+
+
+def exploring_temperature(part: torch.Tensor, sched: torch.Tensor, explore: float) -> float:
+    """The temperature (>= 1: it never sharpens the policy) at which a sample of the two levels' logits
+    ``part`` [U, k] and ``sched`` [k, D] is expected to put ``explore`` units off their likeliest device."""
+    def off(t: float) -> float:
+        p_device = F.softmax(part / t, dim=1) @ F.softmax(sched / t, dim=1)  # [U, D]
+        return float((1 - p_device.max(1).values).sum())
+
+    return temperature_for_exploration(off, explore, steps=14)
 
 
 def _draw_rows(log_probs: torch.Tensor, batch: int, generator: torch.Generator) -> torch.Tensor:

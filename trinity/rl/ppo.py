@@ -69,6 +69,12 @@ class TrinityOptions:
     #: own likeliest device for each unit: the gate opens once PPO has settled in a basin, even where the
     #: elite lies outside it, as an early spread split better than the one device PPO settled on)
     self_imitation_gate: str = "elite"
+    #: Adam's rate for the free logit tables (policy.unit_logits, policy.group_logits); None = ``lr``
+    table_lr: float | None = None
+    #: units a sample is expected to put off their likeliest device, at least: each iteration samples at the
+    #: lowest temperature (>= 1) that does (PPO's ratio under the same), so a policy that has settled, on one
+    #: device or on its best strategy, still tries a few other units and can climb from there; 0 = off
+    explore: float = 0.0
     embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
@@ -86,6 +92,11 @@ class TrinityOptions:
         check_range("trinity", "noise_max", self.noise_max, 0, 10.0)
         check_range("trinity", "noise_steps", self.noise_steps, 0)
         check_range("trinity", "grad_clip", self.grad_clip, 0, low_open=True)
+        check_range("trinity", "table_lr", self.table_lr, 0, 1.0, low_open=True, allow_none=True)
+        check_range("trinity", "explore", self.explore, 0)
+        if self.explore and self.policy.decoder != "parallel":
+            raise TrinityError("needs policy.decoder=parallel (the sequential decoder samples group by group)",
+                               field="explore")
         check_range("trinity", "self_imitation", self.self_imitation, 0, 100.0, allow_none=True)
         check_range("trinity", "self_imitation_agreement", self.self_imitation_agreement, 0, 1.0, allow_none=True)
         if self.self_imitation and self.policy.decoder != "parallel":
@@ -127,7 +138,13 @@ class TrinityAgent(TwoLevelAgent):
             torch.manual_seed(ctx.seed)
             self.policy = PlacementPolicy(self.units, cluster.n_devices, feats.vocabulary_size, policy_cfg)
             self.torch_rng = torch.get_rng_state()
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=lr, foreach=True)
+        # the free logit tables take their own rate: at the network's, Adam moves a logit ~0.02 per iteration,
+        # so following a new best strategy takes the policy hundreds of iterations
+        tables = [p for p in (self.policy.unit_logits, self.policy.group_logits) if p is not None]
+        tables = tables if options.table_lr is not None else []
+        rest = [p for p in self.policy.parameters() if all(p is not t for t in tables)]
+        groups = [{"params": rest}] + ([{"params": tables, "lr": options.table_lr}] if tables else [])
+        self.optimizer = torch.optim.Adam(groups, lr=lr, foreach=True)
         self.baseline = EMABaseline(options.baseline_decay)
         self.elite: tuple[torch.Tensor, torch.Tensor, float] | None = None  #: self-imitation's target
         self.imitating = False  #: the self-imitation term is on (see TrinityOptions.self_imitation_agreement)
@@ -146,7 +163,9 @@ class TrinityAgent(TwoLevelAgent):
         parallel = self.options.policy.decoder == "parallel"
         # the parallel decoder's sampling pass is the update's first (same weights, same values); the
         # sequential one recomputes PPO's old log-probabilities exactly as the update computes the new ones
-        strategy = self.policy.sample(batch, generator, noise, keep_graph=parallel and iteration is not None)
+        explore = self.options.explore if iteration is not None else 0.0
+        strategy = self.policy.sample(batch, generator, noise, keep_graph=parallel and iteration is not None,
+                                      explore=explore)
         if iteration is not None and not parallel:
             with torch.no_grad():
                 strategy.logp = self.policy.log_prob(strategy)[0]
