@@ -136,9 +136,12 @@ search-variety-mode: variety-graphs  ## the same with self-imitation gated on th
 
 # The candidate for the next from-scratch default: gate `mode`, free logit tables at their own rate, and a sampling
 # temperature that keeps 8 units per sample off the policy's likeliest devices (README's ablation, rows 14-16).
-EXPLORE_AGENT := {"self_imitation_gate": "mode", "table_lr": 0.1, "explore": 8, "policy": {"unit_logits": true, "group_logits": true}}
+# EXPLORE=24 runs the first try, 24 units, into search_variety_explore24.csv.
+EXPLORE ?= 8
+EXPLORE_AGENT = {"self_imitation_gate": "mode", "table_lr": 0.1, "explore": $(EXPLORE), "policy": {"unit_logits": true, "group_logits": true}}
 search-variety-explore: variety-graphs  ## the same with the candidate settings (EXPLORE_AGENT) (~13 min)
-	$(PY) benchmarks/search_variety.py --csv reports/search_variety_explore.csv --agent '$(EXPLORE_AGENT)' \
+	$(PY) benchmarks/search_variety.py --csv reports/search_variety_explore$(if $(filter-out 8,$(EXPLORE)),$(EXPLORE)).csv \
+		--agent '$(EXPLORE_AGENT)' \
 		$(VARIETY_GRAPHS)
 
 learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot policy on the project's synthetic graphs (~10 min)

@@ -276,7 +276,7 @@ def test_exploring_temperature_by_hand():
 
 def test_exploration_keeps_ppos_ratio_exactly_one_and_puts_units_elsewhere(tmp_path):
     """With ``explore``, the batch is sampled at the temperature found (>= 1) and PPO's new log-probabilities
-    are under the same: the ratio before the update is exactly 1."""
+    are under the same: the ratio before the update is exactly 1. Asked for 3 units, 12 units get 1 (the cap)."""
     import torch
 
     cfg = config("trinity", 5, agent={"explore": 3.0})
@@ -291,7 +291,9 @@ def test_exploration_keeps_ppos_ratio_exactly_one_and_puts_units_elsewhere(tmp_p
     assert torch.equal((logp - strategy.logp).exp(), torch.ones_like(logp))
     log_part, log_sched = s.agent.policy.one_pass(strategy)
     off = (1 - (log_part.exp() @ log_sched.exp()).max(1).values).sum()
-    assert float(off) == pytest.approx(3.0, rel=1e-2)
+    assert float(off) == pytest.approx(1.0, rel=1e-2)
+    stats = s.agent.update(samples, torch.arange(cfg.batch, dtype=torch.float32), 0)
+    assert stats["charts/temperature"] == strategy.temperature  # logged: a settled policy shows as t > 1
 
 
 def test_ppo_ratio_is_exactly_one_before_the_update(tmp_path):

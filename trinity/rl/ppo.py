@@ -73,7 +73,8 @@ class TrinityOptions:
     table_lr: float | None = None
     #: units a sample is expected to put off their likeliest device, at least: each iteration samples at the
     #: lowest temperature (>= 1) that does (PPO's ratio under the same), so a policy that has settled, on one
-    #: device or on its best strategy, still tries a few other units and can climb from there; 0 = off
+    #: device or on its best strategy, still tries a few other units and can climb from there; at most one
+    #: unit in 12; 0 = off
     explore: float = 0.0
     embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -163,7 +164,8 @@ class TrinityAgent(TwoLevelAgent):
         parallel = self.options.policy.decoder == "parallel"
         # the parallel decoder's sampling pass is the update's first (same weights, same values); the
         # sequential one recomputes PPO's old log-probabilities exactly as the update computes the new ones
-        explore = self.options.explore if iteration is not None else 0.0
+        # at most one unit in 12: on the 12-op layered12, 8 units a sample made the policy a random search
+        explore = min(self.options.explore, self.units.n_units / 12) if iteration is not None else 0.0
         strategy = self.policy.sample(batch, generator, noise, keep_graph=parallel and iteration is not None,
                                       explore=explore)
         if iteration is not None and not parallel:
@@ -202,7 +204,8 @@ class TrinityAgent(TwoLevelAgent):
         return {"losses/policy_loss": float(loss.detach()), "losses/entropy": float(entropy.detach()),
                 "losses/grad_norm": float(grad_norm), **{f"losses/{k}": v for k, v in stats.items()},
                 "charts/lr": self.optimizer.param_groups[0]["lr"], "charts/baseline": float(self.baseline.value),
-                "charts/noise": strategy.noise, "losses/self_imitation": float(imitation.detach())}
+                "charts/noise": strategy.noise, "charts/temperature": float(strategy.temperature),
+                "losses/self_imitation": float(imitation.detach())}
 
     def _keep_elite(self, strategy, rewards: torch.Tensor) -> None:
         """The best (groups, devices, reward) sampled so far."""
