@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-mode search-variety-explore bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-mode search-variety-explore search-dev bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -102,11 +102,11 @@ ablation-gate: $(STAMP)  ## self-imitation's gate, elite vs mode, 5 seeds on 3 c
 		--case data/exported/inception_v3.json.gz:p100x2 --case data/exported/inception_v3.json.gz:p100x4 \
 		--case $(REFERENCE_GNMT):p100x4
 
-# What lets a settled policy climb, on top of gate mode (rows 13-16 of benchmarks/search_ablation.py): free logit
-# tables at their own rate, 8 units explored per sample, both; the same cases as ablation-gate; ~25 min.
+# What lets a settled policy climb, on top of gate mode (rows 13-17 of benchmarks/search_ablation.py): free logit
+# tables at their own rate, 8 units explored per sample, both, and the candidate; the same cases as ablation-gate; ~10 min.
 ablation-explore: $(STAMP)  ## free logit tables and exploration on top of gate mode, 5 seeds on 3 cases (reports/search_explore.csv)
 	$(call exported,inception_v3,inception_v3)
-	$(PY) benchmarks/search_ablation.py --only 13,14,15,16 --seeds 5 --csv reports/search_explore.csv \
+	$(PY) benchmarks/search_ablation.py --only 13,14,15,16,17 --seeds 5 --csv reports/search_explore.csv \
 		--case data/exported/inception_v3.json.gz:p100x2 --case data/exported/inception_v3.json.gz:p100x4 \
 		--case $(REFERENCE_GNMT):p100x4
 
@@ -134,15 +134,19 @@ search-variety-mode: variety-graphs  ## the same with self-imitation gated on th
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_mode.csv --agent '{"self_imitation_gate": "mode"}' \
 		$(VARIETY_GRAPHS)
 
-# The candidate for the next from-scratch default: gate `mode`, free logit tables at their own rate, and a sampling
-# temperature that keeps 8 units per sample off the policy's likeliest devices (README's ablation, rows 14-16).
-# EXPLORE=24 runs the first try, 24 units, into search_variety_explore24.csv.
+search-dev: $(STAMP)  ## the graphs the candidate's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
+	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv
+
+# The candidate for the next from-scratch default: gate `mode`, free logit tables at their own rate (0.1), and a
+# sampling temperature that keeps 8 units per sample off the policy's likeliest devices (README's ablation). Other
+# settings (TABLE_LR=0.3 EXPLORE=3, the second try; EXPLORE=24, the first) go to
+# search_variety_explore_lr<TABLE_LR>_x<EXPLORE>.csv.
+TABLE_LR ?= 0.1
 EXPLORE ?= 8
-EXPLORE_AGENT = {"self_imitation_gate": "mode", "table_lr": 0.1, "explore": $(EXPLORE), "policy": {"unit_logits": true, "group_logits": true}}
+EXPLORE_AGENT = {"self_imitation_gate": "mode", "table_lr": $(TABLE_LR), "explore": $(EXPLORE), "policy": {"unit_logits": true, "group_logits": true}}
+EXPLORE_CSV = reports/search_variety_explore$(if $(filter-out 0.1/8,$(TABLE_LR)/$(EXPLORE)),_lr$(TABLE_LR)_x$(EXPLORE)).csv
 search-variety-explore: variety-graphs  ## the same with the candidate settings (EXPLORE_AGENT) (~13 min)
-	$(PY) benchmarks/search_variety.py --csv reports/search_variety_explore$(if $(filter-out 8,$(EXPLORE)),$(EXPLORE)).csv \
-		--agent '$(EXPLORE_AGENT)' \
-		$(VARIETY_GRAPHS)
+	$(PY) benchmarks/search_variety.py --csv $(EXPLORE_CSV) --agent '$(EXPLORE_AGENT)' $(VARIETY_GRAPHS)
 
 learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot policy on the project's synthetic graphs (~10 min)
 	$(PY) benchmarks/learned_list_train.py --out trinity/rl/pretrained/learned-list.pt

@@ -71,6 +71,8 @@ VARIANTS = [
     ("gate mode + free logit tables at rate 0.1", 64, TABLES),
     ("gate mode + 8 units explored per sample", 64, {**MODE, "explore": 8.0}),
     ("gate mode + free tables + 8 units explored (the candidate)", 64, {**TABLES, "explore": 8.0}),
+    ("gate mode + free tables at rate 0.3 + 3 units explored (second try)", 64,
+     {**TABLES, "table_lr": 0.3, "explore": 3.0}),
 ]
 PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
 
