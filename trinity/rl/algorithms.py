@@ -74,4 +74,3 @@ def temperature_for_exploration(off: Callable[[float], float], target: float, *,
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if off(float(np.exp(mid))) < target else (lo, mid)
     return float(np.exp(hi))
-

@@ -12,11 +12,15 @@ Read top to bottom, as CleanRL's ppo.py:
   minus ``entropy_coef`` times the mean per-decision entropy, plus ``self_imitation`` times the
   mean negative log-likelihood of the best strategy sampled so far, once the policy agrees with it
   (``self_imitation_agreement``); Adam, gradient-norm clip;
-* from scratch, advantages are normalised within each batch instead (``normalize_advantages``).
+* from scratch, advantages are normalised within each batch instead (``normalize_advantages``);
+* options, off by default: free logit tables that let the policy hold any strategy, at their own
+  rate (``policy.unit_logits``, ``policy.group_logits``, ``table_lr``), and each batch sampled at
+  the lowest temperature >= 1 that puts ``explore`` units per sample off the policy's likeliest
+  devices, PPO's ratio under the same (a settled policy still tries a few moves).
 
-PPO's old log-probabilities are those of the distribution that sampled (its dropout mask and
-noise), computed exactly as the update computes the new ones, so the ratio before the first step
-is exactly 1.
+PPO's old log-probabilities are those of the distribution that sampled (its dropout mask, noise
+and temperature), computed exactly as the update computes the new ones, so the ratio before the
+first step is exactly 1.
 """
 
 from __future__ import annotations
@@ -164,7 +168,7 @@ class TrinityAgent(TwoLevelAgent):
         parallel = self.options.policy.decoder == "parallel"
         # the parallel decoder's sampling pass is the update's first (same weights, same values); the
         # sequential one recomputes PPO's old log-probabilities exactly as the update computes the new ones
-        # at most one unit in 12: on the 12-op layered12, 8 units a sample made the policy a random search
+        # at most one unit in 12: 8 units of layered12's 12 would leave most of its graph random in every sample
         explore = min(self.options.explore, self.units.n_units / 12) if iteration is not None else 0.0
         strategy = self.policy.sample(batch, generator, noise, keep_graph=parallel and iteration is not None,
                                       explore=explore)
