@@ -81,9 +81,8 @@ class PolicyConfig:
     #: None = only in warm-started searches (a feature network alone imitated 86% of GNMT's units)
     unit_logits: bool | None = None
     #: add a free logit per (group, device), zero at first, to the schedule's squashed output (parallel decoder):
-    #: the schedule network alone cannot put every group where a strategy did (it matched 89% of an elite's
-    #: 128 groups after 60 iterations of imitation on a layered DAG), so without it PPO cannot settle exactly on
-    #: a strategy it found
+    #: the schedule network alone cannot put every group where a strategy did (89-93% of an elite's 128 groups
+    #: on a layered DAG, `make search-dev`'s trace), so without it PPO cannot settle exactly on a strategy it found
     group_logits: bool = False
     #: "parallel": one pass scores the whole batch (groups embedded from the expected partition, every
     #: group's device distribution from the encoder by attention, exploration noise shared by the batch);
@@ -129,10 +128,8 @@ class Strategy:
     noise_seed: int = 0
     noise: float = 0.0
     #: the sampling temperature: every logit (noise included) is divided by it before the softmax (parallel
-    #: decoder); None = found by the first pass: the lowest (>= 1) at which a sample is expected to put
-    #: ``explore`` units off their likeliest device (`exploring_temperature`)
-    temperature: float | None = 1.0
-    explore: float = 0.0
+    #: decoder; set by the sampling pass, `PlacementPolicy.one_pass`'s ``explore``)
+    temperature: float = 1.0
     #: the parallel decoder's distributions as sampled, with their autograd graph (``keep_graph``): the
     #: update's first pass reuses them instead of recomputing the same values
     distributions: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -277,9 +274,10 @@ class PlacementPolicy(nn.Module):
         links = torch.log1p(links * (1 - torch.eye(self.cfg.num_groups)))
         return torch.cat([means, share[:, None], links], dim=1)[None]
 
-    def one_pass(self, strategy: Strategy) -> tuple[torch.Tensor, torch.Tensor]:
+    def one_pass(self, strategy: Strategy, explore: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
         """The parallel decoder's distributions for a whole batch: log-probabilities of each unit's group
-        [U, k] and of each group's device [k, D], under the batch's dropout mask and shared noise."""
+        [U, k] and of each group's device [k, D], under the batch's dropout mask, shared noise and temperature;
+        ``explore`` > 0 (the sampling pass) first sets that temperature (`exploring_temperature`)."""
         on_groups, on_devices = strategy.exploration(self.cfg.num_groups, self.n_devices, shared=True)
         part = self.partition_logits(strategy.dropout_seed) + on_groups[0]
         log_part = F.log_softmax(part, dim=1)
@@ -290,8 +288,8 @@ class PlacementPolicy(nn.Module):
             sched = sched + self.group_logits
         if self._block_prior is not None:
             sched = sched + self._block_prior
-        if strategy.temperature is None:
-            strategy.temperature = exploring_temperature(part.detach(), sched.detach(), strategy.explore)
+        if explore > 0:
+            strategy.temperature = exploring_temperature(part.detach(), sched.detach(), explore)
         t = strategy.temperature
         if t == 1.0:  # the same floats as before exploration existed: committed runs reproduce bit for bit
             return log_part, F.log_softmax(sched, dim=1)
@@ -329,11 +327,10 @@ class PlacementPolicy(nn.Module):
         k, d = self.cfg.num_groups, self.n_devices
         dropout_seed, noise_seed = (int(x) for x in torch.randint(0, 2 ** 62, (2,), generator=generator))
         strategy = Strategy(torch.zeros(batch, self.ug.n_units, dtype=torch.long), torch.zeros(batch, k, dtype=torch.long),
-                            dropout_seed=dropout_seed if self.training else None, noise_seed=noise_seed, noise=noise,
-                            temperature=None if explore > 0 else 1.0, explore=explore)
+                            dropout_seed=dropout_seed if self.training else None, noise_seed=noise_seed, noise=noise)
         if self.cfg.decoder == "parallel":
             with torch.set_grad_enabled(keep_graph):
-                log_part, log_sched = self.one_pass(strategy)
+                log_part, log_sched = self.one_pass(strategy, explore)
             strategy.groups = _draw_rows(log_part, batch, generator)
             strategy.devices = _draw_rows(log_sched, batch, generator)
             strategy.logp = self._gather(log_part, log_sched, strategy).detach()
@@ -382,12 +379,17 @@ class PlacementPolicy(nn.Module):
         return torch.cat([log_part[torch.arange(u), strategy.groups], log_sched[torch.arange(k), strategy.devices]], 1)
 
 
+def likeliest_device_probability(part: torch.Tensor, sched: torch.Tensor) -> torch.Tensor:
+    """[U] each unit's probability of its likeliest device, max over d of sum over g of P(unit -> g) P(g -> d),
+    from the two levels' probabilities ``part`` [U, k] and ``sched`` [k, D]."""
+    return (part @ sched).max(1).values
+
+
 def exploring_temperature(part: torch.Tensor, sched: torch.Tensor, explore: float) -> float:
     """The temperature (>= 1: it never sharpens the policy) at which a sample of the two levels' logits
     ``part`` [U, k] and ``sched`` [k, D] is expected to put ``explore`` units off their likeliest device."""
     def off(t: float) -> float:
-        p_device = F.softmax(part / t, dim=1) @ F.softmax(sched / t, dim=1)  # [U, D]
-        return float((1 - p_device.max(1).values).sum())
+        return float((1 - likeliest_device_probability(F.softmax(part / t, dim=1), F.softmax(sched / t, dim=1))).sum())
 
     return temperature_for_exploration(off, explore, steps=14)
 

@@ -36,7 +36,7 @@ from trinity.graph.ir import OpGraph
 from trinity.reward import mdpe_reward
 from trinity.rl.agent import AgentContext, Samples, TwoLevelAgent, check_range, register
 from trinity.rl.algorithms import EMABaseline, normalised_advantages, ppo_loss
-from trinity.rl.policy import PlacementPolicy, PolicyConfig, UnitGraph
+from trinity.rl.policy import PlacementPolicy, PolicyConfig, UnitGraph, likeliest_device_probability
 
 
 @dataclass
@@ -145,8 +145,8 @@ class TrinityAgent(TwoLevelAgent):
             self.torch_rng = torch.get_rng_state()
         # the free logit tables take their own rate: at the network's, Adam moves a logit ~0.02 per iteration,
         # so following a new best strategy takes the policy hundreds of iterations
-        tables = [p for p in (self.policy.unit_logits, self.policy.group_logits) if p is not None]
-        tables = tables if options.table_lr is not None else []
+        tables = [] if options.table_lr is None else \
+            [p for p in (self.policy.unit_logits, self.policy.group_logits) if p is not None]
         rest = [p for p in self.policy.parameters() if all(p is not t for t in tables)]
         groups = [{"params": rest}] + ([{"params": tables, "lr": options.table_lr}] if tables else [])
         self.optimizer = torch.optim.Adam(groups, lr=lr, foreach=True)
@@ -223,8 +223,8 @@ class TrinityAgent(TwoLevelAgent):
         or on the unit's likeliest device (gate "mode"): max over devices d of that sum."""
         with torch.no_grad():
             log_part, log_sched = strategy.distributions or self.policy.one_pass(strategy)
-            if self.options.self_imitation_gate == "mode":  # P(unit -> device) [U, D], its likeliest device
-                return float((log_part.exp() @ log_sched.exp()).max(1).values.mean())
+            if self.options.self_imitation_gate == "mode":
+                return float(likeliest_device_probability(log_part.exp(), log_sched.exp()).mean())
             # the elite's sum as it always was (not a gather from the [U, D] product above): the same floats,
             # so a search's gate opens on the same update as in the committed runs
             groups, devices, _ = self.elite
