@@ -1,11 +1,12 @@
 """Why Trinity from scratch sat uniform and then collapsed, change by change: `make ablation`.
 
 Each variant adds one change to the one before, from the paper's Trinity as this project first ran
-it (sequential seq2seq decoder, uniform start, Adam 1e-3, batch 8) to today's defaults (advantages
+it (sequential seq2seq decoder, uniform start, Adam 1e-3, batch 8) to the previous defaults (advantages
 normalised within the batch, then self-imitation of the best strategy sampled once the policy agrees
 with it on 97% of the units, then 64 strategies per iteration, then 128 groups instead of 256 to pay
 for them), then the variants not kept, each on top of the locality prior, then the ones on top of the
-default (a depth-first order; gate `mode`) and on top of gate `mode` (free logit tables, exploration); every
+previous default (a depth-first order; gate `mode`) and on top of gate `mode` (free logit tables,
+exploration: with both, today's default); every
 variant runs the default experiment's budget (100 iterations) from scratch, over 5 seeds, on each
 case. Writes one row per run (``--csv``) and prints mean +/- standard deviation of the best step
 time per case and variant, beside the best placer's, with the share of compute on the busiest
@@ -38,16 +39,16 @@ from trinity.sim import Simulator  # noqa: E402
 OFF = {"num_groups": 256, "normalize_advantages": False, "self_imitation": 0.0, "self_imitation_agreement": None,
        "self_imitation_gate": "elite", "table_lr": None, "explore": 0.0}
 PAPER = {**OFF, "lr": 1e-3, "policy": {"decoder": "sequential", "topo_prior": 0.0, "block_prior": 0.0,
-                                       "unit_logits": None, "group_logits": False}}
+                                       "unit_logits": False, "group_logits": False}}
 LOCALITY = {**OFF, "lr": 1e-2, "policy": {"decoder": "parallel", "topo_prior": 1.0, "locality_order": "breadth",
-                                          "block_prior": 0.0, "unit_logits": None, "group_logits": False}}
+                                          "block_prior": 0.0, "unit_logits": False, "group_logits": False}}
 BLOCK = {**LOCALITY, "policy": {**LOCALITY["policy"], "block_prior": 3.0}}
 NORMALISED = {**LOCALITY, "normalize_advantages": True}
 IMITATION = {**NORMALISED, "self_imitation": 10.0, "self_imitation_agreement": 0.97}
-DEFAULT = {**IMITATION, "num_groups": 128}
-MODE = {**DEFAULT, "self_imitation_gate": "mode"}
-TABLES = {**MODE, "table_lr": 0.1, "policy": {**DEFAULT["policy"], "unit_logits": True, "group_logits": True}}
-#: (name, batch, agent options): the chain to today's default, then the variants not kept
+PREVIOUS_DEFAULT = {**IMITATION, "num_groups": 128}
+MODE = {**PREVIOUS_DEFAULT, "self_imitation_gate": "mode"}
+TABLES = {**MODE, "table_lr": 0.1, "policy": {**PREVIOUS_DEFAULT["policy"], "unit_logits": True, "group_logits": True}}
+#: (name, batch, agent options): the chain to the previous default, then the variants not kept, then today's
 VARIANTS = [
     ("paper (sequential decoder, lr 1e-3)", 8, PAPER),
     ("+ one-pass decoder", 8, {**PAPER, "policy": {**PAPER["policy"], "decoder": "parallel"}}),
@@ -56,21 +57,21 @@ VARIANTS = [
     ("+ normalised advantages", 8, NORMALISED),
     ("+ self-imitation at 97% agreement", 8, IMITATION),
     ("+ batch 64", 64, IMITATION),
-    ("+ 128 groups (the default)", 64, DEFAULT),
+    ("+ 128 groups (the previous default)", 64, PREVIOUS_DEFAULT),
     # not kept, each on top of the locality prior's row
     ("+ block prior on devices", 8, BLOCK),
     ("+ batch 32", 32, BLOCK),
     ("locality prior + self-imitation x10", 8, {**LOCALITY, "self_imitation": 10.0}),
     ("locality prior + self-imitation x10 at 90% agreement", 8,
      {**LOCALITY, "self_imitation": 10.0, "self_imitation_agreement": 0.9}),
-    # ... and on top of the default
-    ("default, stretches of a depth-first order", 64,
-     {**DEFAULT, "policy": {**DEFAULT["policy"], "locality_order": "depth"}}),
-    ("default, self-imitation gated on the policy's own likeliest devices", 64, MODE),
+    # ... and on top of the previous default
+    ("previous default, stretches of a depth-first order", 64,
+     {**PREVIOUS_DEFAULT, "policy": {**PREVIOUS_DEFAULT["policy"], "locality_order": "depth"}}),
+    ("previous default, self-imitation gated on the policy's own likeliest devices", 64, MODE),
     # ... and on top of that gate (row 13): what lets a settled policy climb
     ("gate mode + free logit tables at rate 0.1", 64, TABLES),
     ("gate mode + 8 units explored per sample", 64, {**MODE, "explore": 8.0}),
-    ("gate mode + free tables + 8 units explored (the candidate)", 64, {**TABLES, "explore": 8.0}),
+    ("gate mode + free tables + 8 units explored (the default)", 64, {**TABLES, "explore": 8.0}),
     ("gate mode + free tables at rate 0.3 + 3 units explored (second try)", 64,
      {**TABLES, "table_lr": 0.3, "explore": 3.0}),
 ]

@@ -53,7 +53,9 @@ def config(method, iterations, policy=TINY, lr=0.01, agent=None, **kw):
 @pytest.mark.parametrize("method", ["trinity", "hierarchical"])
 def test_finds_the_known_optimum(tmp_path, method):
     g = two_chains()
-    search = Search(g, cluster(), config(method, 150), tmp_path, progress=False)
+    # Trinity without exploration, whose sampling temperature would keep a unit per sample off the optimum
+    agent = {"explore": 0.0} if method == "trinity" else None
+    search = Search(g, cluster(), config(method, 150, agent=agent), tmp_path, progress=False)
     best = search.run()
     assert best.step_time_us == 600.0
     p = best.placement
@@ -248,6 +250,18 @@ def test_free_logit_tables_start_at_zero_and_can_reproduce_any_strategy(tmp_path
     assert (sampled.groups[:, 3] == 2).all() and (sampled.devices[:, 1] == 0).all() and (sampled.devices[:, 2] == 1).all()
 
 
+def test_defaults_from_scratch_are_the_ablations_last_row(tmp_path):
+    """From scratch (one-pass decoder), unset options take what `make ablation-explore` chose: self-imitation
+    gated on the policy's own likeliest devices, both free tables at their own rate 0.1, 8 units explored."""
+    s = Search(two_chains(), cluster(), config("trinity", 1), tmp_path, progress=False)
+    o = s.agent.options
+    assert (o.normalize_advantages, o.self_imitation, o.self_imitation_gate, o.table_lr, o.explore) == \
+        (True, 10.0, "mode", 0.1, 8.0)
+    assert o.policy.unit_logits and o.policy.group_logits
+    tables = s.agent.optimizer.param_groups[1]
+    assert tables["lr"] == 0.1 and tables["params"] == [s.agent.policy.unit_logits, s.agent.policy.group_logits]
+
+
 def test_table_lr_is_the_free_tables_own_rate(tmp_path):
     policy = PolicyConfig(**{**TINY.__dict__, "unit_logits": True, "group_logits": True})
     s = Search(two_chains(), cluster(), config("trinity", 1, policy=policy, agent={"table_lr": 0.25}), tmp_path,
@@ -340,6 +354,9 @@ def test_warm_start_from_the_best_placer(tmp_path):
     s = Search(g, c, config("trinity", 1, warm_start="best", warm_start_steps=5, lr=None), tmp_path, progress=False)
     assert s.warm_start_placer == first_best and s.best.step_time_us == min(times.values()) == 600.0
     assert s.agent.options.lr == 1e-4 and s.agent.options.policy.unit_logits  # fine-tuning defaults after a warm start
+    o = s.agent.options  # and nothing of the search from scratch's but the per-unit table, at the network's rate
+    assert (o.self_imitation, o.self_imitation_gate, o.table_lr, o.explore) == (0.0, "elite", None, 0.0)
+    assert not o.policy.group_logits and len(s.agent.optimizer.param_groups) == 1
     s.run()
     resumed = Search(g, c, config("trinity", 1, warm_start="best", warm_start_steps=5, lr=None), tmp_path, progress=False)
     assert resumed.warm_start_placer == first_best and resumed.warm_start_agreement == s.warm_start_agreement
@@ -476,7 +493,8 @@ def test_agreement_with_the_elite_by_hand(tmp_path):
 
     from trinity.rl.policy import Strategy
 
-    s = Search(two_chains(), cluster(), config("trinity", 1, agent={"self_imitation": 1.0}), tmp_path, progress=False)
+    s = Search(two_chains(), cluster(), config("trinity", 1, agent={"self_imitation": 1.0, "self_imitation_gate": "elite"}),
+               tmp_path, progress=False)
     log_part = torch.tensor([[1.0, 0.0], [0.5, 0.5]]).log()
     log_sched = torch.tensor([[0.8, 0.2], [0.4, 0.6]]).log()
     s.agent.elite = (torch.tensor([0, 1]), torch.tensor([0, 1]), 0.0)

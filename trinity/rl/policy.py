@@ -78,12 +78,14 @@ class PolicyConfig:
     logit_scale: float = 5.0  #: C in C * tanh(u / T)
     logit_temperature: float = 10.0  #: T
     #: add a free logit per (unit, group), zero at first, to the partition network's output;
-    #: None = only in warm-started searches (a feature network alone imitated 86% of GNMT's units)
+    #: None = in warm-started searches (a feature network alone imitated 86% of GNMT's units) and from scratch
+    #: with the parallel decoder (with ``group_logits``, PPO can then settle exactly on a strategy it found)
     unit_logits: bool | None = None
     #: add a free logit per (group, device), zero at first, to the schedule's squashed output (parallel decoder):
     #: the schedule network alone cannot put every group where a strategy did (89-93% of an elite's 128 groups
-    #: on a layered DAG, `make search-dev`'s trace), so without it PPO cannot settle exactly on a strategy it found
-    group_logits: bool = False
+    #: on a layered DAG, `make search-dev`'s trace), so without it PPO cannot settle exactly on a strategy it found;
+    #: None = only in searches from scratch with the parallel decoder
+    group_logits: bool | None = None
     #: "parallel": one pass scores the whole batch (groups embedded from the expected partition, every
     #: group's device distribution from the encoder by attention, exploration noise shared by the batch);
     #: "sequential": the paper's seq2seq decoder fed the previous group's device, per sampled partition

@@ -12,11 +12,13 @@ Read top to bottom, as CleanRL's ppo.py:
   minus ``entropy_coef`` times the mean per-decision entropy, plus ``self_imitation`` times the
   mean negative log-likelihood of the best strategy sampled so far, once the policy agrees with it
   (``self_imitation_agreement``); Adam, gradient-norm clip;
-* from scratch, advantages are normalised within each batch instead (``normalize_advantages``);
-* options, off by default: free logit tables that let the policy hold any strategy, at their own
-  rate (``policy.unit_logits``, ``policy.group_logits``, ``table_lr``), and each batch sampled at
-  the lowest temperature >= 1 that puts ``explore`` units per sample off the policy's likeliest
-  devices, PPO's ratio under the same (a settled policy still tries a few moves).
+* from scratch, advantages are normalised within each batch instead (``normalize_advantages``),
+  self-imitation opens once the policy has settled on its own likeliest devices
+  (``self_imitation_gate``), free logit tables let the policy hold any strategy, at their own
+  rate (``policy.unit_logits``, ``policy.group_logits``, ``table_lr``), and each batch is sampled
+  at the lowest temperature >= 1 that puts ``explore`` units per sample off the policy's likeliest
+  devices, PPO's ratio under the same (a settled policy still tries a few moves). After a warm
+  start none of these is on by default but the per-unit logits (the imitation is then exact).
 
 PPO's old log-probabilities are those of the distribution that sampled (its dropout mask, noise
 and temperature), computed exactly as the update computes the new ones, so the ratio before the
@@ -71,15 +73,18 @@ class TrinityOptions:
     self_imitation_agreement: float | None = 0.97
     #: whose placement that share is measured against: "elite" (the best strategy's) or "mode" (the policy's
     #: own likeliest device for each unit: the gate opens once PPO has settled in a basin, even where the
-    #: elite lies outside it, as an early spread split better than the one device PPO settled on)
-    self_imitation_gate: str = "elite"
-    #: Adam's rate for the free logit tables (policy.unit_logits, policy.group_logits); None = ``lr``
+    #: elite lies outside it, as an early spread split better than the one device PPO settled on);
+    #: None = "mode" where normalize_advantages' default is on, else "elite"
+    self_imitation_gate: str | None = None
+    #: Adam's rate for the free logit tables (policy.unit_logits, policy.group_logits): at the network's
+    #: 1e-2 a logit moves ~0.02 per iteration, too slow to follow a new best strategy. None = 0.1 where
+    #: normalize_advantages' default is on, else ``lr`` (one parameter group)
     table_lr: float | None = None
     #: units a sample is expected to put off their likeliest device, at least: each iteration samples at the
     #: lowest temperature (>= 1) that does (PPO's ratio under the same), so a policy that has settled, on one
     #: device or on its best strategy, still tries a few other units and can climb from there; at most one
-    #: unit in 12; 0 = off
-    explore: float = 0.0
+    #: unit in 12; 0 = off. None = 8 where normalize_advantages' default is on, else 0
+    explore: float | None = None
     embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
@@ -98,7 +103,7 @@ class TrinityOptions:
         check_range("trinity", "noise_steps", self.noise_steps, 0)
         check_range("trinity", "grad_clip", self.grad_clip, 0, low_open=True)
         check_range("trinity", "table_lr", self.table_lr, 0, 1.0, low_open=True, allow_none=True)
-        check_range("trinity", "explore", self.explore, 0)
+        check_range("trinity", "explore", self.explore, 0, allow_none=True)
         if self.explore and self.policy.decoder != "parallel":
             raise TrinityError("needs policy.decoder=parallel (the sequential decoder samples group by group)",
                                field="explore")
@@ -107,7 +112,7 @@ class TrinityOptions:
         if self.self_imitation and self.policy.decoder != "parallel":
             raise TrinityError("needs policy.decoder=parallel (the sequential decoder's noise is drawn per sample)",
                                field="self_imitation")
-        if self.self_imitation_gate not in ("elite", "mode"):
+        if self.self_imitation_gate not in (None, "elite", "mode"):
             raise TrinityError(f"must be elite or mode, got {self.self_imitation_gate!r}", field="self_imitation_gate")
         check_range("trinity", "embedding_dim", self.embedding_dim, 1, 1024)
         check_range("trinity", "policy.lstm_hidden", self.policy.lstm_hidden, 1, 4096)
@@ -123,14 +128,22 @@ class TrinityAgent(TwoLevelAgent):
         # from scratch (one-pass decoder): PPO finds a basin, then self-imitation searches around its best point
         scratch = not ctx.warm_start and options.policy.decoder == "parallel"
         k = options.num_groups or min(max(128 if scratch else 256, cluster.n_devices), units)
-        # per-unit logits by default only when warm-starting: they let the imitation be exact
-        unit_logits = ctx.warm_start if options.policy.unit_logits is None else options.policy.unit_logits
-        policy_cfg = PolicyConfig(**{**asdict(options.policy), "num_groups": k, "unit_logits": unit_logits})
+        # the free tables by default from scratch (PPO can then settle exactly on a strategy it found) and the
+        # per-unit one after a warm start (the imitation is then exact)
+        p = options.policy
+        unit_logits = (ctx.warm_start or scratch) if p.unit_logits is None else p.unit_logits
+        group_logits = scratch if p.group_logits is None else p.group_logits
+        policy_cfg = PolicyConfig(**{**asdict(p), "num_groups": k, "unit_logits": unit_logits,
+                                     "group_logits": group_logits})
         lr = options.lr if options.lr is not None else options.fine_tune_lr if ctx.warm_start else 1e-2
         normalize = scratch if options.normalize_advantages is None else options.normalize_advantages
         imitation = (10.0 if scratch else 0.0) if options.self_imitation is None else options.self_imitation
+        gate = ("mode" if scratch else "elite") if options.self_imitation_gate is None else options.self_imitation_gate
+        table_lr = (0.1 if scratch else None) if options.table_lr is None else options.table_lr
+        explore = (8.0 if scratch else 0.0) if options.explore is None else options.explore
         self.options = TrinityOptions(**{**asdict(options), "num_groups": k, "lr": lr, "policy": policy_cfg,
-                                         "normalize_advantages": normalize, "self_imitation": imitation})
+                                         "normalize_advantages": normalize, "self_imitation": imitation,
+                                         "self_imitation_gate": gate, "table_lr": table_lr, "explore": explore})
         self.num_groups = k
         # features from the pipeline's embed stage, or computed here (cached in ``feature_cache``)
         feats = ctx.features or op_features(graph, embedding_dim=options.embedding_dim, seed=ctx.seed,
@@ -145,10 +158,10 @@ class TrinityAgent(TwoLevelAgent):
             self.torch_rng = torch.get_rng_state()
         # the free logit tables take their own rate: at the network's, Adam moves a logit ~0.02 per iteration,
         # so following a new best strategy takes the policy hundreds of iterations
-        tables = [] if options.table_lr is None else \
+        tables = [] if table_lr is None else \
             [p for p in (self.policy.unit_logits, self.policy.group_logits) if p is not None]
         rest = [p for p in self.policy.parameters() if all(p is not t for t in tables)]
-        groups = [{"params": rest}] + ([{"params": tables, "lr": options.table_lr}] if tables else [])
+        groups = [{"params": rest}] + ([{"params": tables, "lr": table_lr}] if tables else [])
         self.optimizer = torch.optim.Adam(groups, lr=lr, foreach=True)
         self.baseline = EMABaseline(options.baseline_decay)
         self.elite: tuple[torch.Tensor, torch.Tensor, float] | None = None  #: self-imitation's target
