@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-mode search-variety-explore search-dev bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-default-cases search-default-cases-stretches search-dev bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -104,9 +104,9 @@ ablation-gate: $(STAMP)  ## self-imitation's gate, elite vs mode, 5 seeds on 3 c
 
 # What lets a settled policy climb, on top of gate mode (rows 13-17 of benchmarks/search_ablation.py): free logit
 # tables at their own rate, 8 units explored per sample, both (today's default), and the second try; the same cases as ablation-gate; ~10 min.
-ablation-explore: $(STAMP)  ## free logit tables and exploration on top of gate mode, 5 seeds on 3 cases (reports/search_explore.csv)
+ablation-explore: $(STAMP)  ## free logit tables and exploration on top of gate mode, and METIS groups on the default, 5 seeds on 3 cases (reports/search_explore.csv)
 	$(call exported,inception_v3,inception_v3)
-	$(PY) benchmarks/search_ablation.py --only 13,14,15,16,17 --seeds 5 --csv reports/search_explore.csv \
+	$(PY) benchmarks/search_ablation.py --only 13,14,15,16,17,18 --seeds 5 --csv reports/search_explore.csv \
 		--case data/exported/inception_v3.json.gz:p100x2 --case data/exported/inception_v3.json.gz:p100x4 \
 		--case $(REFERENCE_GNMT):p100x4
 
@@ -127,30 +127,49 @@ variety-graphs: $(STAMP)
 		--option d_ff=2048 --option seq_len=128 --option n_heads=8,--steps 3)
 	$(call exported,resnet_18x256,resnet_small --batch 128 --option blocks_per_stage=6 --option '$(RESNET_WIDTHS)',--steps 3)
 
-search-variety: variety-graphs  ## Trinity from scratch vs m-ETF and annealing on graphs its settings were not chosen on (~13 min)
+search-variety: variety-graphs  ## Trinity from scratch vs m-ETF and annealing on graphs of other families than its development graphs (~10 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv $(VARIETY_GRAPHS)
 
-# The default before the free logit tables and exploration (self-imitation gated on the elite), and gate `mode`
-# alone, spelled out so each means the same whatever the defaults are (the README's held-out comparison).
-PREVIOUS_AGENT = {"self_imitation_gate": "elite", "explore": 0, "policy": {"unit_logits": false, "group_logits": false}}
-search-variety-previous: variety-graphs  ## the same with the previous default (~13 min)
+# Earlier defaults, spelled out so each means the same whatever the defaults are (the README's held-out
+# comparison): groups that start as stretches of levels (128 of them, prior 1), the default until METIS parts; on
+# top of them, the default before the free logit tables and exploration (self-imitation gated on the elite), and
+# that with gate `mode`. STRETCHES is the inside of an agent JSON object, its policy block left open.
+STRETCHES = "num_groups": 128, "policy": {"locality_order": "breadth", "topo_prior": 1.0
+STRETCHES_AGENT = {$(STRETCHES)}}
+PREVIOUS_AGENT = {"self_imitation_gate": "elite", "explore": 0, $(STRETCHES), "unit_logits": false, "group_logits": false}}
+search-variety-stretches: variety-graphs  ## the same with the default until METIS groups: stretches of levels (~13 min)
+	$(PY) benchmarks/search_variety.py --csv reports/search_variety_stretches.csv --agent '$(STRETCHES_AGENT)' \
+		$(VARIETY_GRAPHS)
+
+search-variety-previous: variety-graphs  ## the same with the default before the free tables and exploration (~13 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_previous.csv --agent '$(PREVIOUS_AGENT)' \
 		$(VARIETY_GRAPHS)
 
-search-variety-mode: variety-graphs  ## the previous default with self-imitation gated on the policy's own likeliest devices (~13 min)
+search-variety-mode: variety-graphs  ## that default with self-imitation gated on the policy's own likeliest devices (~13 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_mode.csv \
-		--agent '{"self_imitation_gate": "mode", "explore": 0, "policy": {"unit_logits": false, "group_logits": false}}' \
+		--agent '{"self_imitation_gate": "mode", "explore": 0, $(STRETCHES), "unit_logits": false, "group_logits": false}}' \
 		$(VARIETY_GRAPHS)
+
+# A Trinity variant (AGENT, merged over its options) on the default experiment's own cases, beside the committed
+# runs (needs `make repro`'s data/ and results/; with no AGENT it reproduces them)
+AGENT ?= {}
+CSV ?= reports/search_default_cases.csv
+search-default-cases: params  ## Trinity from scratch with AGENT's options on the default experiment's cases (~4 min)
+	$(PY) benchmarks/search_default_cases.py --agent '$(AGENT)' --csv $(CSV)
+
+search-default-cases-stretches: params  ## the same with the default until METIS groups: stretches of levels (~4 min)
+	$(PY) benchmarks/search_default_cases.py --agent '$(STRETCHES_AGENT)' --csv reports/search_default_cases_stretches.csv
 
 search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
 	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv
 
-# Other rates for the free tables and other exploration than the default's (0.1, 8 units), e.g. TABLE_LR=0.3
-# EXPLORE=3 (the second try) or TABLE_LR=0.1 EXPLORE=24 (the first): search_variety_explore_lr<TABLE_LR>_x<EXPLORE>.csv
+# Other rates for the free tables and other exploration than the default's (0.1, 8 units), on stretches of levels
+# (as when they were tried), e.g. TABLE_LR=0.3 EXPLORE=3 (the second try) or TABLE_LR=0.1 EXPLORE=24 (the first):
+# search_variety_explore_lr<TABLE_LR>_x<EXPLORE>.csv
 search-variety-explore: variety-graphs  ## the same with TABLE_LR and EXPLORE (both required) (~13 min)
 	$(if $(and $(TABLE_LR),$(EXPLORE)),,$(error set TABLE_LR and EXPLORE, e.g. make search-variety-explore TABLE_LR=0.3 EXPLORE=3))
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_explore_lr$(TABLE_LR)_x$(EXPLORE).csv \
-		--agent '{"table_lr": $(TABLE_LR), "explore": $(EXPLORE)}' $(VARIETY_GRAPHS)
+		--agent '{"table_lr": $(TABLE_LR), "explore": $(EXPLORE), $(STRETCHES)}}' $(VARIETY_GRAPHS)
 
 learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot policy on the project's synthetic graphs (~10 min)
 	$(PY) benchmarks/learned_list_train.py --out trinity/rl/pretrained/learned-list.pt

@@ -71,9 +71,13 @@ VARIANTS = [
     # ... and on top of that gate (row 13): what lets a settled policy climb
     ("gate mode + free logit tables at rate 0.1", 64, TABLES),
     ("gate mode + 8 units explored per sample", 64, {**MODE, "explore": 8.0}),
-    ("gate mode + free tables + 8 units explored (the default)", 64, {**TABLES, "explore": 8.0}),
+    ("gate mode + free tables + 8 units explored (the default until METIS groups)", 64, {**TABLES, "explore": 8.0}),
     ("gate mode + free tables at rate 0.3 + 3 units explored (second try)", 64,
      {**TABLES, "table_lr": 0.3, "explore": 3.0}),
+    # ... and on top of row 16: groups that start as min-cut parts, not stretches (today's default)
+    ("+ 64 groups from METIS parts, prior 3 (the default)", 64,
+     {**TABLES, "explore": 8.0, "num_groups": 64,
+      "policy": {**TABLES["policy"], "locality_order": "metis", "topo_prior": 3.0}}),
 ]
 PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
 

@@ -1,4 +1,8 @@
-"""Trinity from scratch on graphs its defaults were never chosen on: `make search-variety`.
+"""Trinity from scratch on graphs of other families than its development graphs: `make search-variety`.
+
+(Its defaults were chosen on the development graphs, `benchmarks/search_dev.py`, and the ablation's; the
+choice between groups from METIS parts and stretches of levels also read this table, so it is no longer
+held out in the strict sense: the README says so.)
 
 Synthetic training graphs (trinity.graph.synthetic.training_graph: convolution-and-gradient shaped,
 measured-cost-like, seeds and sizes not used while choosing Trinity's settings) and synthetic layered

@@ -125,14 +125,17 @@ def test_priors_start_groups_contiguous_and_blocks_on_devices():
     assert log_sched.argmax(1).tolist() == [0, 0, 1, 1]
 
 
-@pytest.mark.parametrize("order", ["breadth", "depth"])
-def test_locality_prior_follows_levels_or_branches(order):
+@pytest.mark.parametrize("order", ["breadth", "depth", "metis"])
+def test_locality_prior_follows_levels_branches_or_min_cut_parts(order):
     """A fork s -> (b0..b3 | c0..c3) -> t, ops listed s, t, then the branches interleaved: breadth first,
-    the stretches are levels (s b0 c0 b1 c1 | b2 c2 b3 c3 t); depth first, whole branches (s b0-b3 | c0-c3 t)."""
+    the stretches are levels (s b0 c0 b1 c1 | b2 c2 b3 c3 t); depth first, whole branches (s b0-b3 | c0-c3 t);
+    METIS, the balanced cut of least bytes (s's 8-byte edge and one 1000-byte edge into t, not two inside the
+    branches), parts numbered by mean breadth-first position ({s, b}: 3.2 before {c, t}: 5.8)."""
     names = ["s", "t"] + [f"{x}{i}" for i in range(4) for x in "bc"]
     edges = [Edge("s", "b0", 0), Edge("s", "c0", 0), Edge("b3", "t", 0), Edge("c3", "t", 0)]
     edges += [Edge(f"{x}{i}", f"{x}{i + 1}", 0) for x in "bc" for i in range(3)]
-    g = OpGraph([Op(n, "Add", 1.0, output_bytes=(8,)) for n in names], edges)
+    heavy = 1000 if order == "metis" else 8  # (the stretches' middle unit sits on a tie the network breaks)
+    g = OpGraph([Op(n, "Add", 1.0, output_bytes=(8 if n == "s" else heavy,)) for n in names], edges)
     feats = op_features(g, embedding_dim=4)
     ug = UnitGraph(g, feats)
     cfg = PolicyConfig(num_groups=2, lstm_hidden=8, device_embedding=4, group_projection=4, topo_prior=50.0,
@@ -140,11 +143,18 @@ def test_locality_prior_follows_levels_or_branches(order):
     policy = PlacementPolicy(ug, 2, feats.vocabulary_size, cfg).eval()
     log_part, _ = policy.one_pass(policy.sample(1, torch.Generator().manual_seed(0)))
     likeliest = dict(zip(names, log_part.argmax(1).tolist()))
-    expected = {"breadth": "s b0 c0 b1 c1 | b2 c2 b3 c3 t", "depth": "s b0 b1 b2 b3 | c0 c1 c2 c3 t"}[order]
+    expected = {"breadth": "s b0 c0 b1 c1 | b2 c2 b3 c3 t", "depth": "s b0 b1 b2 b3 | c0 c1 c2 c3 t",
+                "metis": "s b0 b1 b2 b3 | c0 c1 c2 c3 t"}[order]
     first, second = (part.split() for part in expected.split(" | "))
     assert {n: likeliest[n] for n in first + second} == {**dict.fromkeys(first, 0), **dict.fromkeys(second, 1)}
 
 
-def test_a_locality_order_other_than_breadth_or_depth_is_refused():
-    with pytest.raises(ValueError, match="policy.locality_order must be breadth or depth"):
+def test_metis_parts_cover_every_group_once_there_are_more_groups_than_units():
+    """More groups than units: each unit is its own part, in breadth-first order (METIS refuses such a k)."""
+    _, ug, _ = make_policy()
+    assert torch.equal(ug.parts(20), torch.argsort(torch.argsort(ug.rank("breadth"))))
+
+
+def test_an_unknown_locality_order_is_refused():
+    with pytest.raises(ValueError, match="policy.locality_order must be one of breadth, depth, metis"):
         PolicyConfig(locality_order="random")

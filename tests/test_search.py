@@ -252,12 +252,15 @@ def test_free_logit_tables_start_at_zero_and_can_reproduce_any_strategy(tmp_path
 
 def test_defaults_from_scratch_are_the_ablations_last_row(tmp_path):
     """From scratch (one-pass decoder), unset options take what `make ablation-explore` chose: self-imitation
-    gated on the policy's own likeliest devices, both free tables at their own rate 0.1, 8 units explored."""
-    s = Search(two_chains(), cluster(), config("trinity", 1), tmp_path, progress=False)
+    gated on the policy's own likeliest devices, both free tables at their own rate 0.1, 8 units explored; and
+    its last row (18): groups that start as METIS parts under a prior of 3 (64 groups, capped here at 12 units)."""
+    s = Search(two_chains(), cluster(), config("trinity", 1, agent={"num_groups": None}, policy=None), tmp_path,
+               progress=False)
     o = s.agent.options
     assert (o.normalize_advantages, o.self_imitation, o.self_imitation_gate, o.table_lr, o.explore) == \
         (True, 10.0, "mode", 0.1, 8.0)
     assert o.policy.unit_logits and o.policy.group_logits
+    assert (o.num_groups, o.policy.locality_order, o.policy.topo_prior) == (12, "metis", 3.0)
     tables = s.agent.optimizer.param_groups[1]
     assert tables["lr"] == 0.1 and tables["params"] == [s.agent.policy.unit_logits, s.agent.policy.group_logits]
 
@@ -357,6 +360,7 @@ def test_warm_start_from_the_best_placer(tmp_path):
     o = s.agent.options  # and nothing of the search from scratch's but the per-unit table, at the network's rate
     assert (o.self_imitation, o.self_imitation_gate, o.table_lr, o.explore) == (0.0, "elite", None, 0.0)
     assert not o.policy.group_logits and len(s.agent.optimizer.param_groups) == 1
+    assert (o.policy.locality_order, o.policy.topo_prior) == ("breadth", 1.0)
     s.run()
     resumed = Search(g, c, config("trinity", 1, warm_start="best", warm_start_steps=5, lr=None), tmp_path, progress=False)
     assert resumed.warm_start_placer == first_best and resumed.warm_start_agreement == s.warm_start_agreement
@@ -544,8 +548,8 @@ def test_normalised_advantages_and_self_imitation_by_default_from_scratch_only(t
     assert (o.normalize_advantages, o.self_imitation) == expected
 
 
-@pytest.mark.parametrize("warm, groups", [(False, 128), (True, 256)])
-def test_128_groups_by_default_from_scratch_the_papers_256_after_a_warm_start(tmp_path, warm, groups):
+@pytest.mark.parametrize("warm, groups", [(False, 64), (True, 256)])
+def test_64_groups_by_default_from_scratch_the_papers_256_after_a_warm_start(tmp_path, warm, groups):
     chain = OpGraph([Op(f"op{i}", "MatMul", 10.0, output_bytes=(1000,)) for i in range(300)],
                     [Edge(f"op{i - 1}", f"op{i}", 0) for i in range(1, 300)], name="chain300")
     cfg = config("trinity", 1, agent={"num_groups": None}, warm_start="m-topo" if warm else None, warm_start_steps=1)

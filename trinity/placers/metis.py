@@ -28,8 +28,8 @@ from trinity.placers.base import register
 from trinity.costs import op_times
 
 
-def _scaled(values: np.ndarray, top: float = 1e6) -> np.ndarray:
-    """Integers >= 1 proportional to ``values``, the largest about ``top``."""
+def metis_weights(values: np.ndarray, top: float = 1e6) -> np.ndarray:
+    """Integers >= 1 proportional to ``values``, the largest about ``top`` (METIS takes integer weights)."""
     peak = values.max(initial=0.0)
     if peak <= 0:
         return np.ones(len(values), np.int64)
@@ -90,13 +90,13 @@ def place_metis(graph: OpGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
     elif n_groups <= n_dev:  # METIS refuses more parts than vertices
         part = np.arange(n_groups, dtype=np.int64)
     else:
-        weights = _scaled(nbytes)
+        weights = metis_weights(nbytes)
         csr = sp.csr_matrix((np.concatenate([weights, weights]), (rows, cols)), shape=(n_groups, n_groups))
         speed = np.array([dev.speed for dev in cluster.devices])
         tpwgts = (speed / speed.sum()).tolist() if np.ptp(speed) > 0 else None
         result = pymetis.part_graph(
             n_dev, adjacency=pymetis.CSRAdjacency(csr.indptr.astype(np.int64), csr.indices.astype(np.int64)),
-            vweights=_scaled(work), eweights=csr.data.astype(np.int64), tpwgts=tpwgts,
+            vweights=metis_weights(work), eweights=csr.data.astype(np.int64), tpwgts=tpwgts,
             options=pymetis.Options(seed=seed))
         part = np.asarray(result.vertex_part, np.int64)
 

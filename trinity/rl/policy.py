@@ -52,16 +52,24 @@ their old log-probabilities evaluated, with the deterministic network.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
+import pymetis
+import scipy.sparse as sp
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from trinity.features import OpFeatures
 from trinity.graph.ir import OpGraph
+from trinity.placers.metis import metis_weights
 from trinity.rl.algorithms import temperature_for_exploration
+
+LOCALITY_ORDERS = ("breadth", "depth", "metis")
 
 
 @dataclass
@@ -92,11 +100,15 @@ class PolicyConfig:
     decoder: str = "parallel"
     #: locality prior added to the partition logits: -topo_prior * |g + 1/2 - k * r(u)| for a unit at
     #: topological rank r(u) in [0, 1), so groups start as contiguous stretches of the graph and a
-    #: random schedule cuts few edges (0 = the paper's uniform start, every op on a random device)
-    topo_prior: float = 1.0
+    #: random schedule cuts few edges (0 = the paper's uniform start, every op on a random device); None = 3
+    #: in a Trinity search from scratch (`TrinityAgent`), else 1
+    topo_prior: float | None = None
     #: the topological order the locality prior's stretches follow: "breadth" (Kahn's queue: a stretch is
-    #: a level of the graph, side by side) or "depth" (Kahn's stack: a stretch is a chain or branch)
-    locality_order: str = "breadth"
+    #: a level of the graph, side by side), "depth" (Kahn's stack: a stretch is a chain or branch) or
+    #: "metis" (no stretches: group g starts as part g of a k-way min-cut partition of the units balanced by
+    #: compute, parts numbered by their mean topological position, so a group is a connected piece that may
+    #: span levels and branches: `UnitGraph.parts`); None = metis in a Trinity search from scratch, else breadth
+    locality_order: str | None = None
     #: the schedule's counterpart (parallel decoder): -block_prior * |d + 1/2 - D (g + 1/2) / k| on group g's
     #: device logits, so the ordered groups start split into D contiguous blocks, one per device, as a
     #: pipeline would split them. 0 by default: at 3 it broke the symmetry between interchangeable devices
@@ -106,8 +118,9 @@ class PolicyConfig:
     def __post_init__(self):
         if self.decoder not in ("parallel", "sequential"):
             raise ValueError(f"policy.decoder must be parallel or sequential, got {self.decoder!r}")
-        if self.locality_order not in ("breadth", "depth"):
-            raise ValueError(f"policy.locality_order must be breadth or depth, got {self.locality_order!r}")
+        if self.locality_order not in (None, *LOCALITY_ORDERS):
+            raise ValueError(f"policy.locality_order must be one of {', '.join(LOCALITY_ORDERS)}, "
+                             f"got {self.locality_order!r}")
         if self.group_logits and self.decoder != "parallel":
             raise ValueError("policy.group_logits needs policy.decoder=parallel")
 
@@ -189,6 +202,52 @@ class UnitGraph:
         mean = np.bincount(self.unit_of_op, weights=position, minlength=self.n_units) / self._counts
         return torch.from_numpy((np.argsort(np.argsort(mean, kind="stable")) / self.n_units).astype(np.float32))
 
+    def parts(self, k: int) -> torch.Tensor:
+        """Each unit's part in a k-way min-cut partition of the unit graph (METIS: edges weigh the bytes
+        between two units, units their compute), parts renumbered by their units' mean topological position
+        so that nearby parts hold nearby stretches of the graph; deterministic. k >= the units: one part each."""
+        if k >= self.n_units:
+            return torch.argsort(torch.argsort(self.rank("breadth"))).clamp(max=k - 1)
+        a = self._graph.arrays
+        su, du = self.unit_of_op[a.src], self.unit_of_op[a.dst]
+        cross = su != du
+        n = self.n_units
+        lo, hi = np.minimum(su, du)[cross], np.maximum(su, du)[cross]
+        pairs, inverse = np.unique(lo * n + hi, return_inverse=True)
+        weight = metis_weights(np.bincount(inverse, weights=a.edge_bytes[cross], minlength=len(pairs)))
+        u, v = pairs // n, pairs % n
+        adjacency = sp.csr_matrix((np.concatenate([weight, weight]), (np.concatenate([u, v]), np.concatenate([v, u]))),
+                                  shape=(n, n))
+        with _silenced_c_output():  # METIS prints (and survives) empty bisections on graphs of many components
+            part = np.asarray(pymetis.part_graph(
+                k, adjacency=pymetis.CSRAdjacency(adjacency.indptr.astype(np.int64), adjacency.indices.astype(np.int64)),
+                vweights=metis_weights(self.compute_share.numpy().astype(np.float64)),
+                eweights=adjacency.data.astype(np.int64), options=pymetis.Options(seed=0)).vertex_part, np.int64)
+        position = self.rank("breadth").numpy().astype(np.float64)
+        mean = np.bincount(part, weights=position, minlength=k) / np.maximum(np.bincount(part, minlength=k), 1)
+        renumber = np.empty(k, np.int64)
+        renumber[np.argsort(mean, kind="stable")] = np.arange(k)
+        return torch.from_numpy(renumber[part])
+
+
+@contextlib.contextmanager
+def _silenced_c_output():
+    """Send what C code writes to stdout and stderr to /dev/null for the duration (Python's own streams are
+    flushed first, so nothing of theirs is lost)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
 
 class PlacementPolicy(nn.Module):
     def __init__(self, unit_graph: UnitGraph, n_devices: int, vocabulary_size: int, cfg: PolicyConfig):
@@ -203,8 +262,13 @@ class PlacementPolicy(nn.Module):
         # An addition to the paper: lets a warm start reproduce a placer exactly (see PolicyConfig).
         self.unit_logits = nn.Parameter(torch.zeros(unit_graph.n_units, k)) if cfg.unit_logits else None
         self.group_logits = nn.Parameter(torch.zeros(k, n_devices)) if cfg.group_logits else None
-        centre = torch.arange(k, dtype=torch.float32)[None] + 0.5 - k * unit_graph.rank(cfg.locality_order)[:, None]
-        self._prior = -cfg.topo_prior * centre.abs() if cfg.topo_prior else None  # [U, k], fixed
+        order = cfg.locality_order or "breadth"
+        topo_prior = 1.0 if cfg.topo_prior is None else cfg.topo_prior
+        if order == "metis":  # group g centred on part g
+            centre = torch.arange(k, dtype=torch.float32)[None] - unit_graph.parts(k)[:, None].float()
+        else:
+            centre = torch.arange(k, dtype=torch.float32)[None] + 0.5 - k * unit_graph.rank(order)[:, None]
+        self._prior = -topo_prior * centre.abs() if topo_prior else None  # [U, k], fixed
         block = torch.arange(n_devices)[None] + 0.5 - n_devices * (torch.arange(k)[:, None] + 0.5) / k
         self._block_prior = -cfg.block_prior * block.abs() if cfg.block_prior else None  # [k, D], fixed
         group_features = cfg.type_embedding + unit_graph.numeric.shape[1] + 1 + k

@@ -45,9 +45,9 @@ from trinity.rl.policy import PlacementPolicy, PolicyConfig, UnitGraph, likelies
 class TrinityOptions:
     """Trinity's settings (the ``agent:`` block of conf/method/trinity*.yaml)."""
 
-    #: k, at least one per device and at most one per placement unit; None = 128 from scratch with the one-pass
-    #: decoder (half the encoder's steps: a batch of 64 then costs what 8 did at 256, see the README's ablation),
-    #: else the paper's 256
+    #: k, at least one per device and at most one per placement unit; None = 64 from scratch with the one-pass
+    #: decoder (groups that start as min-cut parts, `policy.locality_order`; fewer encoder steps: see the
+    #: README's ablation), else the paper's 256
     num_groups: int | None = None
     #: Adam; None = 1e-2 (the paper's 0.1 collapses the policy, 1e-3 leaves it near uniform for the default
     #: budget: see the README's ablation), or ``fine_tune_lr`` after a warm start
@@ -127,14 +127,18 @@ class TrinityAgent(TwoLevelAgent):
         units = graph.arrays.n_groups
         # from scratch (one-pass decoder): PPO finds a basin, then self-imitation searches around its best point
         scratch = not ctx.warm_start and options.policy.decoder == "parallel"
-        k = options.num_groups or min(max(128 if scratch else 256, cluster.n_devices), units)
+        k = options.num_groups or min(max(64 if scratch else 256, cluster.n_devices), units)
         # the free tables by default from scratch (PPO can then settle exactly on a strategy it found) and the
         # per-unit one after a warm start (the imitation is then exact)
         p = options.policy
         unit_logits = (ctx.warm_start or scratch) if p.unit_logits is None else p.unit_logits
         group_logits = scratch if p.group_logits is None else p.group_logits
+        # from scratch, groups start as min-cut parts, sharply: a random schedule of connected pieces cuts
+        # little, so the policy need not first collapse onto one device (README's held-out table)
+        order = ("metis" if scratch else "breadth") if p.locality_order is None else p.locality_order
+        prior = (3.0 if scratch else 1.0) if p.topo_prior is None else p.topo_prior
         policy_cfg = PolicyConfig(**{**asdict(p), "num_groups": k, "unit_logits": unit_logits,
-                                     "group_logits": group_logits})
+                                     "group_logits": group_logits, "locality_order": order, "topo_prior": prior})
         lr = options.lr if options.lr is not None else options.fine_tune_lr if ctx.warm_start else 1e-2
         normalize = scratch if options.normalize_advantages is None else options.normalize_advantages
         imitation = (10.0 if scratch else 0.0) if options.self_imitation is None else options.self_imitation

@@ -1,0 +1,101 @@
+"""A variant of Trinity from scratch on the default experiment's own op-placement cases, beside its committed runs.
+
+Reads the composed params.yaml (`make params`): the experiment's models, clusters, seeds, Trinity's settings
+and the paper's regime (its model, cluster and reward tolerances), and runs Trinity from scratch as the
+`search` and `search_regime` stages do (the pipeline's profiled graph and embed-stage features, the same
+budget), with ``--agent`` merged over the method's own options, outside DVC: nothing of `results/` is
+touched. Writes one row per case and seed with the variant's best step time, its busiest device's share of
+compute and its search seconds, beside the committed run's (`results/**/<cluster>-trinity-s<seed>.metrics.json`),
+and prints the means. With no ``--agent`` it reproduces the committed runs to the last digit (a check that
+it runs what the pipeline runs). E.g. `make search-default-cases AGENT='{"num_groups": 64, ...}'`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+warnings.filterwarnings("ignore")
+
+import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
+
+from trinity.cluster import load_cluster  # noqa: E402
+from trinity.features import OpFeatures  # noqa: E402
+from trinity.graph import load_graph  # noqa: E402
+from trinity.progress import progress  # noqa: E402
+from trinity.reward import MDPEConfig  # noqa: E402
+from trinity.rl.search import Search, SearchConfig  # noqa: E402
+from trinity.sim import Simulator  # noqa: E402
+
+
+def merged(base: dict, extra: dict) -> dict:
+    """``extra`` over ``base``, nested dicts merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merged(out.get(key) or {}, value) if isinstance(value, dict) else value
+    return out
+
+
+def cases(params: dict) -> list[tuple[str, str, int, dict, Path]]:
+    """(model, cluster, seed, reward overrides, committed results folder) for every Trinity job of the experiment."""
+    run, out = params["run"], []
+    if "trinity" in run["searches"]:
+        out += [(m, c, s, {}, Path(params["paths"]["results"]) / "search" / m)
+                for m in run["models"] for c in run["clusters"] for s in run["seeds"]]
+    regime = run.get("regime") or {}
+    if "trinity" in regime.get("searches", []):
+        out += [(m, c, s, regime.get("reward", {}), Path(params["paths"]["results"]) / "regime" / "search" / m)
+                for m in regime["models"] for c in regime["clusters"] for s in regime["seeds"]]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--agent", type=json.loads, default={}, metavar="JSON",
+                        help="options merged over Trinity's agent: block, e.g. '{\"num_groups\": 64}'")
+    parser.add_argument("--csv", default="reports/search_default_cases.csv")
+    args = parser.parse_args()
+    params = yaml.safe_load(Path(args.params).read_text())
+    search = params["methods"]["trinity"]["search"]
+    data = Path(params["paths"]["data"])
+    rows = []
+    for model, cluster_name, seed, reward, results in progress(cases(params), desc="default cases"):
+        graph = load_graph(data / model / "profile" / "graph.json.gz")
+        features = OpFeatures.load(data / model / "embed" / "features.npz", graph)
+        cluster = load_cluster(cluster_name)
+        agent = merged(search["agent"], args.agent)
+        if agent.get("num_groups"):  # capped at the graph's placement units, as the default is (layered12: 12)
+            agent["num_groups"] = min(agent["num_groups"], int(graph.arrays.n_groups))
+        cfg = SearchConfig(method="trinity", iterations=search["iterations"], batch=search["batch"], seed=seed,
+                           checkpoint_every=10**9, reward=MDPEConfig(**{**params["reward"], **reward}), agent=agent)
+        with tempfile.TemporaryDirectory() as tmp:
+            s = Search(graph, cluster, cfg, tmp, features=features, progress=False)
+            best = s.run()
+            seconds = s.seconds
+            s.close()
+        res = Simulator(graph, cluster).simulate(best.placement, check=False)
+        committed = json.loads((results / f"{cluster_name}-trinity-s{seed}.metrics.json").read_text())
+        rows.append({"case": f"{model} {cluster_name}" + (" (paper's regime)" if reward else ""), "seed": seed,
+                     "step_time_ms": res.step_time_us / 1e3, "busiest_share": res.busiest_share,
+                     "search_seconds": seconds, "committed_step_time_ms": committed["step_time_ms"],
+                     "committed_busiest_share": committed["busiest_share"],
+                     "committed_search_seconds": committed["search_seconds"]})
+        pd.DataFrame(rows).to_csv(args.csv, index=False)
+    table = pd.DataFrame(rows)
+    summary = table.groupby("case", sort=False).agg(
+        step_ms=("step_time_ms", "mean"), sd=("step_time_ms", "std"), busiest=("busiest_share", "mean"),
+        seconds=("search_seconds", "mean"), committed_ms=("committed_step_time_ms", "mean"),
+        committed_sd=("committed_step_time_ms", "std"), committed_busiest=("committed_busiest_share", "mean"),
+        committed_seconds=("committed_search_seconds", "mean"))
+    print(summary.to_string(float_format=lambda x: f"{x:.3f}"))
+
+
+if __name__ == "__main__":
+    main()
