@@ -102,8 +102,9 @@ ablation-gate: $(STAMP)  ## self-imitation's gate, elite vs mode, 5 seeds on 3 c
 		--case data/exported/inception_v3.json.gz:p100x2 --case data/exported/inception_v3.json.gz:p100x4 \
 		--case $(REFERENCE_GNMT):p100x4
 
-# What lets a settled policy climb, on top of gate mode (rows 13-17 of benchmarks/search_ablation.py): free logit
-# tables at their own rate, 8 units explored per sample, both (today's default), and the second try; the same cases as ablation-gate; ~10 min.
+# What lets a settled policy climb, on top of gate mode (rows 13-18 of benchmarks/search_ablation.py): free logit
+# tables at their own rate, 8 units explored per sample, both, and the second try; then groups from METIS parts on
+# top of both (today's default); the same cases as ablation-gate; ~12 min.
 ablation-explore: $(STAMP)  ## free logit tables and exploration on top of gate mode, and METIS groups on the default, 5 seeds on 3 cases (reports/search_explore.csv)
 	$(call exported,inception_v3,inception_v3)
 	$(PY) benchmarks/search_ablation.py --only 13,14,15,16,17,18 --seeds 5 --csv reports/search_explore.csv \

@@ -36,8 +36,9 @@ part of its embedding. One forward pass then scores a whole batch (its
 samples differ only in their draws, the exploration noise is one draw per
 batch), so an iteration costs about the same at batch 8 or 64. Two fixed
 priors can give the samples structure from the first iteration: groups start
-as contiguous stretches of a topological order (``topo_prior``, on by
-default), and blocks of consecutive groups start on the same device
+as contiguous stretches of a topological order or, from scratch by default, as
+the parts of a min-cut partition of the graph (``topo_prior``,
+``locality_order``), and blocks of consecutive groups start on the same device
 (``block_prior``, off by default: it breaks the symmetry between
 interchangeable devices that independent per-group choices cannot, but on
 InceptionV3 it held the search far above one device; see the README's
@@ -99,8 +100,8 @@ class PolicyConfig:
     #: "sequential": the paper's seq2seq decoder fed the previous group's device, per sampled partition
     decoder: str = "parallel"
     #: locality prior added to the partition logits: -topo_prior * |g + 1/2 - k * r(u)| for a unit at
-    #: topological rank r(u) in [0, 1), so groups start as contiguous stretches of the graph and a
-    #: random schedule cuts few edges (0 = the paper's uniform start, every op on a random device); None = 3
+    #: topological rank r(u) in [0, 1) (metis: -topo_prior * |g - part(u)|), so groups start as contiguous
+    #: pieces of the graph and a random schedule cuts few edges (0 = the paper's uniform start, every op on a random device); None = 3
     #: in a Trinity search from scratch (`TrinityAgent`), else 1
     topo_prior: float | None = None
     #: the topological order the locality prior's stretches follow: "breadth" (Kahn's queue: a stretch is
