@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-default-cases search-default-cases-stretches search-dev bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-fresh search-fresh-stretches search-default-cases search-default-cases-stretches search-dev bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -150,6 +150,14 @@ search-variety-mode: variety-graphs  ## that default with self-imitation gated o
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_mode.csv \
 		--agent '{"self_imitation_gate": "mode", "explore": 0, $(STRETCHES), "unit_logits": false, "group_logits": false}}' \
 		$(VARIETY_GRAPHS)
+
+# Held out from the choice of METIS groups: synthetic graphs of sizes and seeds no table had used (training graphs of
+# 3,200 and 5,000 ops, a layered DAG of 4,000), with today's default and with stretches of levels
+search-fresh: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on fresh synthetic graphs (~8 min)
+	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh.csv
+
+search-fresh-stretches: $(STAMP)  ## the same with the default until METIS groups: stretches of levels (~10 min)
+	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh_stretches.csv --agent '$(STRETCHES_AGENT)'
 
 # A Trinity variant (AGENT, merged over its options) on the default experiment's own cases, beside the committed
 # runs (needs `make repro`'s data/ and results/; with no AGENT it reproduces them)
