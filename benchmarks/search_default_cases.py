@@ -24,6 +24,7 @@ warnings.filterwarnings("ignore")
 
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 from trinity.cluster import load_cluster  # noqa: E402
 from trinity.features import OpFeatures  # noqa: E402
@@ -32,14 +33,6 @@ from trinity.progress import progress  # noqa: E402
 from trinity.reward import MDPEConfig  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
-
-
-def merged(base: dict, extra: dict) -> dict:
-    """``extra`` over ``base``, nested dicts merged key by key."""
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = merged(out.get(key) or {}, value) if isinstance(value, dict) else value
-    return out
 
 
 def cases(params: dict) -> list[tuple[str, str, int, dict, Path]]:
@@ -70,7 +63,7 @@ def main() -> None:
         graph = load_graph(data / model / "profile" / "graph.json.gz")
         features = OpFeatures.load(data / model / "embed" / "features.npz", graph)
         cluster = load_cluster(cluster_name)
-        agent = merged(search["agent"], args.agent)
+        agent = OmegaConf.to_container(OmegaConf.merge(search["agent"], args.agent))  # nested keys merged
         if agent.get("num_groups"):  # capped at the graph's placement units, as the default is (layered12: 12)
             agent["num_groups"] = min(agent["num_groups"], int(graph.arrays.n_groups))
         cfg = SearchConfig(method="trinity", iterations=search["iterations"], batch=search["batch"], seed=seed,

@@ -17,6 +17,10 @@ cut bytes per byte it frees.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+
 import numpy as np
 import pymetis
 import scipy.sparse as sp
@@ -28,12 +32,60 @@ from trinity.placers.base import register
 from trinity.costs import op_times
 
 
-def metis_weights(values: np.ndarray, top: float = 1e6) -> np.ndarray:
-    """Integers >= 1 proportional to ``values``, the largest about ``top`` (METIS takes integer weights)."""
+def _scaled(values: np.ndarray, top: float = 1e6) -> np.ndarray:
+    """Integers >= 1 proportional to ``values``, the largest about ``top``."""
     peak = values.max(initial=0.0)
     if peak <= 0:
         return np.ones(len(values), np.int64)
     return np.maximum(1, np.rint(values / peak * top)).astype(np.int64)
+
+
+def group_graph(graph: OpGraph) -> sp.csr_matrix:
+    """The undirected graph of colocation groups (the policy's units): one symmetric entry per pair of groups
+    joined by an edge, weighing the bytes of all edges between them (0 where only control edges join them)."""
+    a = graph.arrays
+    n = a.n_groups
+    gs, gd = a.group[a.src], a.group[a.dst]
+    cross = gs != gd
+    lo, hi = np.minimum(gs, gd)[cross], np.maximum(gs, gd)[cross]
+    pairs, inverse = np.unique(lo * n + hi, return_inverse=True)
+    nbytes = np.bincount(inverse, weights=a.edge_bytes[cross], minlength=len(pairs))
+    u, v = pairs // n, pairs % n
+    return sp.csr_matrix((np.concatenate([nbytes, nbytes]), (np.concatenate([u, v]), np.concatenate([v, u]))),
+                         shape=(n, n))
+
+
+def metis_parts(adjacency: sp.csr_matrix, vertex_weights: np.ndarray, n_parts: int, *, seed: int = 0,
+                tpwgts: list[float] | None = None) -> np.ndarray:
+    """METIS's k-way partition of ``adjacency`` (symmetric, edge weights in any unit) into ``n_parts`` parts
+    balanced by ``vertex_weights``, both scaled to METIS's integers; part per vertex. Fewer vertices than parts
+    is the caller's case (METIS refuses it)."""
+    with _silenced_c_output():  # METIS prints (and survives) empty bisections on graphs of many components
+        result = pymetis.part_graph(
+            n_parts, adjacency=pymetis.CSRAdjacency(adjacency.indptr.astype(np.int64),
+                                                    adjacency.indices.astype(np.int64)),
+            vweights=_scaled(vertex_weights), eweights=_scaled(adjacency.data), tpwgts=tpwgts,
+            options=pymetis.Options(seed=seed))
+    return np.asarray(result.vertex_part, np.int64)
+
+
+@contextlib.contextmanager
+def _silenced_c_output():
+    """Send what C code writes to stdout and stderr to /dev/null for the duration (Python's own streams are
+    flushed first, so nothing of theirs is lost)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
 
 
 def _repair_memory(graph: OpGraph, cluster: Cluster, part: np.ndarray, group_bytes: np.ndarray,
@@ -74,31 +126,16 @@ def place_metis(graph: OpGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
     n_groups, n_dev = a.n_groups, cluster.n_devices
     work = np.bincount(a.group, weights=op_times(graph, cluster).mean(axis=1), minlength=n_groups)
     group_bytes = graph.group_static_memory()
-
-    # Undirected group graph: one edge per pair of groups, weighing the bytes of all edges between them.
-    gs, gd = a.group[a.src], a.group[a.dst]
-    cross = gs != gd
-    lo, hi = np.minimum(gs, gd)[cross], np.maximum(gs, gd)[cross]
-    pairs, inverse = np.unique(lo * n_groups + hi, return_inverse=True)
-    nbytes = np.bincount(inverse, weights=a.edge_bytes[cross], minlength=len(pairs))
-    u, v = pairs // n_groups, pairs % n_groups
-    rows, cols = np.concatenate([u, v]), np.concatenate([v, u])
-    adj = sp.csr_matrix((np.concatenate([nbytes, nbytes]), (rows, cols)), shape=(n_groups, n_groups))
+    adj = group_graph(graph)
 
     if n_dev == 1:
         part = np.zeros(n_groups, np.int64)
     elif n_groups <= n_dev:  # METIS refuses more parts than vertices
         part = np.arange(n_groups, dtype=np.int64)
     else:
-        weights = metis_weights(nbytes)
-        csr = sp.csr_matrix((np.concatenate([weights, weights]), (rows, cols)), shape=(n_groups, n_groups))
         speed = np.array([dev.speed for dev in cluster.devices])
         tpwgts = (speed / speed.sum()).tolist() if np.ptp(speed) > 0 else None
-        result = pymetis.part_graph(
-            n_dev, adjacency=pymetis.CSRAdjacency(csr.indptr.astype(np.int64), csr.indices.astype(np.int64)),
-            vweights=metis_weights(work), eweights=csr.data.astype(np.int64), tpwgts=tpwgts,
-            options=pymetis.Options(seed=seed))
-        part = np.asarray(result.vertex_part, np.int64)
+        part = metis_parts(adj, work, n_dev, seed=seed, tpwgts=tpwgts)
 
     _repair_memory(graph, cluster, part, group_bytes, adj)
     return part[a.group]

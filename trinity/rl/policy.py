@@ -53,21 +53,16 @@ their old log-probabilities evaluated, with the deterministic network.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
-import pymetis
-import scipy.sparse as sp
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from trinity.features import OpFeatures
 from trinity.graph.ir import OpGraph
-from trinity.placers.metis import metis_weights
+from trinity.placers.metis import group_graph, metis_parts
 from trinity.rl.algorithms import temperature_for_exploration
 
 LOCALITY_ORDERS = ("breadth", "depth", "metis")
@@ -209,45 +204,12 @@ class UnitGraph:
         so that nearby parts hold nearby stretches of the graph; deterministic. k >= the units: one part each."""
         if k >= self.n_units:
             return torch.argsort(torch.argsort(self.rank("breadth"))).clamp(max=k - 1)
-        a = self._graph.arrays
-        su, du = self.unit_of_op[a.src], self.unit_of_op[a.dst]
-        cross = su != du
-        n = self.n_units
-        lo, hi = np.minimum(su, du)[cross], np.maximum(su, du)[cross]
-        pairs, inverse = np.unique(lo * n + hi, return_inverse=True)
-        weight = metis_weights(np.bincount(inverse, weights=a.edge_bytes[cross], minlength=len(pairs)))
-        u, v = pairs // n, pairs % n
-        adjacency = sp.csr_matrix((np.concatenate([weight, weight]), (np.concatenate([u, v]), np.concatenate([v, u]))),
-                                  shape=(n, n))
-        with _silenced_c_output():  # METIS prints (and survives) empty bisections on graphs of many components
-            part = np.asarray(pymetis.part_graph(
-                k, adjacency=pymetis.CSRAdjacency(adjacency.indptr.astype(np.int64), adjacency.indices.astype(np.int64)),
-                vweights=metis_weights(self.compute_share.numpy().astype(np.float64)),
-                eweights=adjacency.data.astype(np.int64), options=pymetis.Options(seed=0)).vertex_part, np.int64)
+        part = metis_parts(group_graph(self._graph), self.compute_share.numpy().astype(np.float64), k)
         position = self.rank("breadth").numpy().astype(np.float64)
         mean = np.bincount(part, weights=position, minlength=k) / np.maximum(np.bincount(part, minlength=k), 1)
         renumber = np.empty(k, np.int64)
         renumber[np.argsort(mean, kind="stable")] = np.arange(k)
         return torch.from_numpy(renumber[part])
-
-
-@contextlib.contextmanager
-def _silenced_c_output():
-    """Send what C code writes to stdout and stderr to /dev/null for the duration (Python's own streams are
-    flushed first, so nothing of theirs is lost)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, null):
-            os.close(fd)
 
 
 class PlacementPolicy(nn.Module):
