@@ -15,6 +15,7 @@ from trinity.data_parallel import (DasoConfig, DasoSchedule, DataParallelError, 
                                    Plateau, TrainConfig, batch_shares, blend, check_shares, dequantize,
                                    epoch_plan, error_bound, precision_for, quantize, step_cost,
                                    time_to_target, train)
+from trinity.data_parallel.cost import _reduce_us
 from trinity.errors import ClusterError
 from trinity.runtime.links import LinkSpec
 from trinity.runtime.workers import WorkerError
@@ -147,8 +148,9 @@ def test_cost_model_hand_computed():
     assert ddp.step_time_us == pytest.approx(1300) and ddp.comm_us == pytest.approx(1200)
     assert ddp.sent_bytes.tolist() == [6000.0] * 4
     ps = step_cost("ps", c, w)
-    # up: max latency 100 + 4000/1000 + 2 * 4000/10 = 904; down the same; compute 100
-    assert ps.step_time_us == pytest.approx(100 + 2 * 904)
+    # up, gloo's reduce: ring d0<-d1<-d2<-d3<-d0, 3 steps of (100 + 1000 / 10) = 600, then the 1000-byte chunks
+    # to d0: 100 + 1000/1000 + 2 * 1000/10 = 301; down: 100 + 4000/1000 + 2 * 4000/10 = 904; compute 100
+    assert ps.step_time_us == pytest.approx(100 + 901 + 904) and ps.comm_us == pytest.approx(1805)
     assert ps.sent_bytes.tolist() == [12000.0, 4000.0, 4000.0, 4000.0]
     daso = step_cost("daso", c, w, global_skip=4, wait=1)
     # local ring in a node: 2 * (0 + 2000 / 1000) = 4; base 104; global ring of 2: 2 * (100 + 2000 / 10) = 600;
@@ -156,11 +158,60 @@ def test_cost_model_hand_computed():
     assert daso.step_time_us == pytest.approx(229)
     hps = step_cost("hps", _two_by_two(speeds=(1, 1, 1, 0.5)), w, bits=8)
     # shares: 40 * (2/7, 2/7, 2/7, 1/7) = 11.43 x 3, 5.71 -> 11, 11, 11, 5 + 2: [12, 11, 11, 6]
-    # compute max(120, 110, 110, 6 * 10 / 0.5) = 120; up 904, down 100 + 1000/1000 + 2 * 1000/10 = 301: step max(140, 1205)
-    assert hps.step_time_us == pytest.approx(1205) and hps.lower_bound_us == pytest.approx(400 / 3.5)
+    # compute max(120, 110, 110, 6 * 10 / 0.5) = 120; up 901, down 100 + 1000/1000 + 2 * 1000/10 = 301: max(120, 1202)
+    assert hps.step_time_us == pytest.approx(1202) and hps.lower_bound_us == pytest.approx(400 / 3.5)
     assert hps.memory_bytes[0] > hps.memory_bytes[1]  # the server's master copy
     with pytest.raises(DataParallelError, match="method"):
         step_cost("nope", c, w)
+
+
+def test_reduce_is_gloo_ring_reduce_scatter_then_gather():
+    c = _two_by_two()
+    # 3 ring steps of (100 + 1000 / 10), then d1's chunk over the node (1000 / 1000) and d2's, d3's over the link
+    assert _reduce_us(c, 0, 4000.0) == pytest.approx(3 * 200 + 100 + 1 + 2 * 100)
+    # a star of whole gradients would be 100 + 4 + 2 * 400 = 904: the ring moves 3/4 n, the gather n/4 per rank
+    assert _reduce_us(_two_by_two(), 0, 4000.0) < 904
+    one = cluster_from_dict({"name": "one", "devices": [{"name": "d0", "memory_GB": 1}],
+                             "default_link": {"bandwidth_GBps": 1.0, "latency_us": 0}})
+    assert _reduce_us(one, 0, 4000.0) == 0.0
+
+
+def test_epochs_as_the_worker_runs_them_daso_plan_and_hps_flush():
+    c = _two_by_two()  # as test_cost_model_hand_computed: base 104, global sum 600, node broadcast 4
+    w = DataParallelWork(us_per_sample=10.0, param_bytes=4000.0, batch=40)
+    # 10 batches, B = 4, S = 1: sends at 0, 4, 8 (each 600 - 1 * 104 = 496 exposed), batch 9 blocking (600);
+    # 4 broadcasts: step = 104 + (3 * 496 + 600 + 4 * 4) / 10 = 314.4
+    daso = step_cost("daso", c, w, global_skip=4, wait=1, epoch_steps=10)
+    assert daso.step_time_us == pytest.approx(314.4)
+    # bytes: the node ring 4000 a rank a step; 4 syncs in 10 steps, each a global sum (4000 from each node's
+    # member) and a node broadcast (4000 more): what the workers counted on local4h (5.6 n a step)
+    assert daso.sent_bytes.tolist() == pytest.approx([4000 + 0.4 * 8000, 4000, 4000 + 0.4 * 8000, 4000])
+    assert daso.sent_bytes.sum() == pytest.approx(5.6 * 4000)
+    # one batch: only the blocking average; steady cycling (no epochs) as before
+    assert step_cost("daso", c, w, epoch_steps=1).step_time_us == pytest.approx(104 + 600 + 4)
+    assert step_cost("daso", c, w).step_time_us == pytest.approx(229)
+    # hps: 10 steps of max(120, 1202) and the last computation not hidden: 1202 + 120 / 10
+    hps = step_cost("hps", _two_by_two(speeds=(1, 1, 1, 0.5)), w, bits=8, epoch_steps=10)
+    assert hps.step_time_us == pytest.approx(1214)
+    assert step_cost("ddp", c, w, epoch_steps=10).step_time_us == pytest.approx(1300)  # every step syncs
+    for bad in (0, 2.5, True):
+        with pytest.raises(DataParallelError, match="epoch_steps"):
+            step_cost("daso", c, w, epoch_steps=bad)
+
+
+def test_server_step_counts_in_the_ps_step_and_hides_in_the_hps_exchange():
+    c, slow = _two_by_two(), _two_by_two(speeds=(1, 1, 1, 0.5))
+    w = DataParallelWork(us_per_sample=1000.0, param_bytes=4000.0, batch=40, update_us=50.0)
+    # ps: 10 samples x 1000 = 10000, push 901, the server's step 50, pull 904, one after the other
+    assert step_cost("ps", c, w).step_time_us == pytest.approx(10000 + 901 + 50 + 904)
+    # hps: compute max(12 x 1000, 6 x 1000 / 0.5) = 12000 beside the exchange 901 + 50 + 301: the step is 12000
+    hps = step_cost("hps", slow, w, bits=8)
+    assert hps.step_time_us == pytest.approx(12000) and hps.comm_us == 0.0
+    # with a slow exchange the server's step is on its path: max(120, 901 + 50 + 301)
+    fast = DataParallelWork(us_per_sample=10.0, param_bytes=4000.0, batch=40, update_us=50.0)
+    hps = step_cost("hps", slow, fast, bits=8)
+    # exposed: the step beyond the computation, 1252 - 120, at most the communication 1202
+    assert hps.step_time_us == pytest.approx(1252) and hps.comm_us == pytest.approx(1132)
 
 
 # ---------------------------------------------------------------- real runs (torchrun, 2 local ranks)

@@ -68,13 +68,16 @@ def op_placement_entries(graph: OpGraph, cluster: Cluster, placers: list[str], s
     return out
 
 
-def data_parallel_entries(profile: LayerProfile, cluster: Cluster, methods: list[str]) -> list[FamilyEntry]:
+def data_parallel_entries(profile: LayerProfile, cluster: Cluster, methods: list[str],
+                          epoch_steps: int | None = None) -> list[FamilyEntry]:
+    """Each method's predicted step; over epochs of ``epoch_steps`` steps where given (as the real runs time
+    them), else in the steady state."""
     from trinity.data_parallel import DataParallelError, DataParallelWork, step_cost
 
     work, out = DataParallelWork.from_layers(profile), []
     for method in methods:
         try:
-            out.append(FamilyEntry("data parallel", method, step_cost(method, cluster, work),
+            out.append(FamilyEntry("data parallel", method, step_cost(method, cluster, work, epoch_steps=epoch_steps),
                                    f"batch {profile.batch} over {cluster.n_devices} devices"))
         except DataParallelError:  # e.g. DASO on nodes of unequal size
             continue

@@ -6,14 +6,25 @@ parameter bytes, activation bytes per sample. Device i of speed v_i computes its
 
 * ddp: equal shares; a ring all-reduce of the gradients over all devices in index order, after the
   computation: 2 (P - 1) steps, each as slow as the ring's slowest edge, 2 (P - 1) / P * n bytes each.
-* ps: equal shares; the server (device 0) receives every gradient and sends every copy of the
-  parameters through its own links one after the other (one network card).
+* ps: equal shares; the push is gloo's reduce (`_reduce_us`: a ring reduce-scatter, then every rank's
+  reduced chunk to the server), the server's optimizer step, then the pull: the server sends every copy of
+  the parameters through its own links one after the other (one network card; gloo's broadcast is a
+  binomial tree, and on two nodes of consecutive ranks all its copies to the other node leave through
+  the server's node's port, which costs what the star does).
 * daso: equal shares; every step a ring all-reduce of the gradients inside each node; every B steps
-  the global group (one device per node) all-reduces the parameters and the node broadcasts them. The
-  global sum overlaps S steps of computation, so its exposed part max(0, t_global - S * t_step) and
-  the node broadcast are paid once per B steps (amortised: divided by B). Cycling phase: B = 4, S = 1.
-* hps: shares in proportion to speed (`batch_shares`); the exchange (gradients in at 32 bits,
-  parameters out at ``bits``) overlaps the next step's computation, so a step takes the longer of the two.
+  the global group (one device per node) all-reduces the parameters and the node broadcasts them. A
+  global sum sent with S batches to wait overlaps S steps of computation, so its exposed part is
+  max(0, t_global - S * t_step); each global sum ends in a node broadcast. Cycling phase: B = 4, S = 1.
+* hps: shares in proportion to speed (`batch_shares`); the exchange (the push at 32 bits, the server's
+  optimizer step, the pull at ``bits``) runs on a background thread beside the next step's computation,
+  so a step takes the longer of the two; the server's step is part of the exchange, so hidden with it.
+
+Epochs (``epoch_steps``). Left out, DASO and H-PS are costed in their endless steady state: one global
+sum per B steps, every exchange hidden behind a computation. Given, a step is the mean over an epoch of
+that many steps as the worker runs it, which ends with every rank equal: DASO follows `epoch_plan` (its
+sends, and the last batch's blocking average, whose sum nothing hides), and H-PS waits for its last
+exchange (`finish_epoch`), so one of an epoch's computations or exchanges is not hidden. The measured runs
+time one epoch of 10 steps: DASO syncs globally 4 times in it, not 2.5, and H-PS shows one exchange more.
 
 Memory per device: parameters, gradients and ``optimizer_slots`` optimizer states (the server holds
 its master copy and optimizer besides), plus the activations of its share of the batch.
@@ -27,8 +38,9 @@ import numpy as np
 
 from trinity.cluster import Cluster
 from trinity.data_parallel.config import DataParallelError
-from trinity.data_parallel.strategies import METHODS
+from trinity.data_parallel.daso import epoch_plan
 from trinity.data_parallel.hps import batch_shares
+from trinity.data_parallel.strategies import METHODS
 from trinity.step_cost import StepCost
 
 
@@ -76,6 +88,19 @@ def _ring_allreduce_us(cluster: Cluster, ranks: list[int], nbytes: float) -> flo
     return 2 * (k - 1) * (lat + chunk / bw)
 
 
+def _reduce_us(cluster: Cluster, root: int, nbytes: float) -> float:
+    """gloo's reduce (gloo/reduce.cc): a ring reduce-scatter in rank order (each rank sends to rank - 1),
+    P - 1 steps of n / P, each as slow as the ring's slowest edge; then each rank's reduced n / P chunk to
+    the root, through the root's link one after the other. Not a star of P - 1 whole gradients."""
+    P = cluster.n_devices
+    if P <= 1:
+        return 0.0
+    edges = [(r, (r - 1) % P) for r in range(P)]
+    lat = max(cluster.latency[s, d] for s, d in edges)
+    bw = min(cluster.bandwidth[s, d] for s, d in edges)
+    return (P - 1) * (lat + nbytes / P / bw) + _star_us(cluster, root, nbytes / P, True)
+
+
 def _star_us(cluster: Cluster, server: int, nbytes: float, inbound: bool) -> float:
     """All workers to the server (or back): the server's link moves the copies one after the other."""
     others = [w for w in range(cluster.n_devices) if w != server]
@@ -94,10 +119,14 @@ def _nodes(cluster: Cluster) -> list[list[int]]:
 
 
 def step_cost(method: str, cluster: Cluster, work: DataParallelWork, *, global_skip: int = 4, wait: int = 1,
-              bits: int = 8) -> StepCost:
-    """One step of ``method`` (ddp, ps, daso, hps) on ``cluster``: time, exposed communication, bytes, memory."""
+              bits: int = 8, epoch_steps: int | None = None) -> StepCost:
+    """One step of ``method`` (ddp, ps, daso, hps) on ``cluster``: time, exposed communication, bytes, memory;
+    the mean over epochs of ``epoch_steps`` steps where given (module docstring)."""
     if method not in METHODS:
         raise DataParallelError(f"unknown method {method!r}; methods are {', '.join(METHODS)}", field="method")
+    if epoch_steps is not None and (isinstance(epoch_steps, bool) or not isinstance(epoch_steps, int)
+                                    or epoch_steps < 1):
+        raise DataParallelError(f"must be an integer >= 1 or None, got {epoch_steps!r}", field="epoch_steps")
     work.validate()
     P = cluster.n_devices
     if work.batch < P:
@@ -111,21 +140,30 @@ def step_cost(method: str, cluster: Cluster, work: DataParallelWork, *, global_s
     sent = np.zeros(P)
     recv = np.zeros(P)
     memory = n * (2 + work.optimizer_slots) + work.activation_bytes_per_sample * shares
+    # the optimizer step once the gradients are in: on the server (ps, hps) or on every device (ddp, daso)
+    update = work.update_us / (speeds[0] if method in ("ps", "hps") else speeds.min())
 
     if method == "ddp":
         comm = _ring_allreduce_us(cluster, list(range(P)), n)
         sent[:] = recv[:] = 2 * (P - 1) / P * n if P > 1 else 0.0
-        step = t_compute + comm
+        step = t_compute + comm + update
         exposed = comm
     elif method in ("ps", "hps"):
         down = n * (bits / 32 if method == "hps" else 1.0)
-        t_up, t_down = _star_us(cluster, 0, n, True), _star_us(cluster, 0, down, False)
-        sent[1:], recv[1:] = n, down
+        t_up, t_down = _reduce_us(cluster, 0, n), _star_us(cluster, 0, down, False)
+        sent[1:], recv[1:] = n, down  # a reduce's bytes: (P - 1) / P n around the ring, n / P to the root
         sent[0], recv[0] = (P - 1) * down, (P - 1) * n
         memory[0] += n * (1 + work.optimizer_slots)  # the master copy and its optimizer
         comm = t_up + t_down
-        step = max(t_compute, comm) if method == "hps" else t_compute + comm
-        exposed = step - t_compute
+        if method == "hps":  # the exchange, the server's step included, beside the next step's computation
+            exchange = comm + update
+            step = max(t_compute, exchange)
+            if epoch_steps is not None:  # an epoch of E steps takes E longer ones and one shorter one
+                step += min(t_compute, exchange) / epoch_steps
+            exposed = min(comm, step - t_compute)
+        else:
+            step = t_compute + comm + update
+            exposed = comm
     else:  # daso
         nodes = _nodes(cluster)
         k = len(nodes[0])
@@ -141,19 +179,25 @@ def step_cost(method: str, cluster: Cluster, work: DataParallelWork, *, global_s
         t_bcast = max((max(cluster.transfer_us(g[0], d, n) for d in g[1:]) if len(g) > 1 else 0.0)
                       for g in nodes)
         base = t_compute + t_local
-        exposed_global = max(0.0, t_global - wait * base)
-        step = base + (exposed_global + t_bcast) / global_skip
-        exposed = step - t_compute
+        if epoch_steps is None:  # steady cycling: one send per B steps, received S steps later
+            waits, period = [wait], global_skip
+        else:  # the worker's epoch: its sends, and blocking averages (S = 0) such as the last batch's
+            plans = epoch_plan(epoch_steps, global_skip, 1, wait, k)
+            waits = [p.wait if p.send_group is not None else 0 for p in plans
+                     if p.send_group is not None or p.blocking_group is not None]
+            period = epoch_steps
+        syncs = len(waits) / period  # global sums per step, each followed by a node broadcast
+        exposed_global = sum(max(0.0, t_global - lag * base) for lag in waits) / period
+        step = base + exposed_global + syncs * t_bcast + update
+        exposed = step - t_compute - update
         m = len(nodes)
         local_bytes = 2 * (k - 1) / k * n if k > 1 else 0.0
         sent[:] = recv[:] = local_bytes
-        for g in nodes:  # amortised: one global send and one node broadcast per B steps
-            sent[g[0]] += (2 * (m - 1) / m * n if m > 1 else 0.0) / global_skip + (k - 1) * n / global_skip
-            recv[g[0]] += (2 * (m - 1) / m * n if m > 1 else 0.0) / global_skip
+        for g in nodes:  # amortised: a global sum and a node broadcast per sync
+            sent[g[0]] += syncs * ((2 * (m - 1) / m * n if m > 1 else 0.0) + (k - 1) * n)
+            recv[g[0]] += syncs * (2 * (m - 1) / m * n if m > 1 else 0.0)
             for d in g[1:]:
-                recv[d] += n / global_skip
-    # the optimizer step once the gradients are in: on every device (ddp, daso) or on the server (ps, hps)
-    step += work.update_us / (speeds[0] if method in ("ps", "hps") else speeds.min())
+                recv[d] += syncs * n
     lower = work.us_per_sample * work.batch / float(speeds.sum())
     return StepCost(step_time_us=float(step), comm_us=float(exposed), sent_bytes=sent, received_bytes=recv,
                     memory_bytes=memory, capacity_bytes=cluster.memory.astype(float), lower_bound_us=float(lower))

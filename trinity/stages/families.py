@@ -43,10 +43,12 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
             median = sorted(runs, key=lambda r: r["step_time_ms"])[(len(runs) - 1) // 2]
             entries.append(FamilyEntry("pipeline", method, StepCost.from_dict(median["cost"]),
                                        f"{median['plan']} (median of {len(runs)} seeds)"))
-        entries += data_parallel_entries(profile, cluster, list(cfg.run.data_parallel.methods))
+        measured_here = name in cfg.pipeline_parallel.measure.clusters
+        # on clusters run for real, the epochs the real runs time; elsewhere the steady state
+        epoch_steps = int(cfg.pipeline_parallel.measure.steps) if measured_here else None
+        entries += data_parallel_entries(profile, cluster, list(cfg.run.data_parallel.methods), epoch_steps)
         top = winner(entries)
         rows = [e.row() for e in entries]
-        measured_here = name in cfg.pipeline_parallel.measure.clusters
         if measured_here:
             for row in rows:
                 path = config.measure_dir(cfg, config.Job(job.model, name, row["method"], 0)) / "metrics.json"

@@ -96,7 +96,8 @@ def _data_parallel(cfg, job, cluster, model_name, profile, options, out) -> dict
 
     m = cfg.pipeline_parallel.measure
     method = str(cfg.methods[job.method].method)
-    predicted = step_cost(method, cluster, DataParallelWork.from_layers(profile))
+    # the run times one epoch of m.steps steps, which ends with every rank equal: costed as such
+    predicted = step_cost(method, cluster, DataParallelWork.from_layers(profile), epoch_steps=int(m.steps))
     measured = measure_step(method, cluster, model_name, profile.batch, steps=int(m.steps), out_dir=out,
                             options=options, timeout_s=float(m.timeout_s))
     write_json(out / "summary.json", measured)
