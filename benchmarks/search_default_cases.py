@@ -54,19 +54,25 @@ def main() -> None:
     parser.add_argument("--agent", type=json.loads, default={}, metavar="JSON",
                         help="options merged over Trinity's agent: block, e.g. '{\"num_groups\": 64}'")
     parser.add_argument("--csv", default="reports/search_default_cases.csv")
+    parser.add_argument("--iterations", type=int, help="PPO iterations (default: the experiment's)")
+    parser.add_argument("--only", default="", help="run the cases whose name contains this, e.g. 'regime'")
     args = parser.parse_args()
     params = yaml.safe_load(Path(args.params).read_text())
     search = params["methods"]["trinity"]["search"]
     data = Path(params["paths"]["data"])
     rows = []
-    for model, cluster_name, seed, reward, results in progress(cases(params), desc="default cases"):
+    def name(model: str, cluster: str, reward: dict) -> str:
+        return f"{model} {cluster}" + (" (paper's regime)" if reward else "")
+
+    chosen = [c for c in cases(params) if args.only in name(c[0], c[1], c[3])]
+    for model, cluster_name, seed, reward, results in progress(chosen, desc="default cases"):
         graph = load_graph(data / model / "profile" / "graph.json.gz")
         features = OpFeatures.load(data / model / "embed" / "features.npz", graph)
         cluster = load_cluster(cluster_name)
         agent = OmegaConf.to_container(OmegaConf.merge(search["agent"], args.agent))  # nested keys merged
         if agent.get("num_groups"):  # capped at the graph's placement units, as the default is (layered12: 12)
             agent["num_groups"] = min(agent["num_groups"], int(graph.arrays.n_groups))
-        cfg = SearchConfig(method="trinity", iterations=search["iterations"], batch=search["batch"], seed=seed,
+        cfg = SearchConfig(method="trinity", iterations=args.iterations or search["iterations"], batch=search["batch"], seed=seed,
                            checkpoint_every=10**9, reward=MDPEConfig(**{**params["reward"], **reward}), agent=agent)
         with tempfile.TemporaryDirectory() as tmp:
             s = Search(graph, cluster, cfg, tmp, features=features, progress=False)
@@ -75,7 +81,7 @@ def main() -> None:
             s.close()
         res = Simulator(graph, cluster).simulate(best.placement, check=False)
         committed = json.loads((results / f"{cluster_name}-trinity-s{seed}.metrics.json").read_text())
-        rows.append({"case": f"{model} {cluster_name}" + (" (paper's regime)" if reward else ""), "seed": seed,
+        rows.append({"case": name(model, cluster_name, reward), "seed": seed,
                      "step_time_ms": res.step_time_us / 1e3, "busiest_share": res.busiest_share,
                      "search_seconds": seconds, "committed_step_time_ms": committed["step_time_ms"],
                      "committed_busiest_share": committed["busiest_share"],
