@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-fresh search-fresh-stretches search-default-cases search-default-cases-stretches search-dev bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-groups search-fresh search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-dev bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -153,6 +153,10 @@ search-variety-mode: variety-graphs  ## that default with self-imitation gated o
 
 # Held out from the choice of METIS groups: synthetic graphs of sizes and seeds no table had used (training graphs of
 # 3,200 and 5,000 ops, a layered DAG of 4,000), with today's default and with stretches of levels
+GROUPS ?= 32
+search-variety-groups: variety-graphs  ## the same with GROUPS METIS groups instead of 64 (32 and 128 committed)
+	$(PY) benchmarks/search_variety.py --csv reports/search_variety_groups$(GROUPS).csv --agent '{"num_groups": $(GROUPS)}' $(VARIETY_GRAPHS)
+
 search-fresh: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on fresh synthetic graphs (~8 min)
 	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh.csv
 
@@ -168,6 +172,14 @@ search-default-cases: params  ## Trinity from scratch with AGENT's options on th
 
 search-default-cases-stretches: params  ## the same with the default until METIS groups: stretches of levels (~4 min)
 	$(PY) benchmarks/search_default_cases.py --agent '$(STRETCHES_AGENT)' --csv reports/search_default_cases_stretches.csv
+
+# One knob at a time on the default cases (the regime's seeds split between two basins: is any knob's effect
+# larger than the seeds'?)
+search-default-knobs: params  ## Trinity from scratch, one knob changed at a time, on the default experiment's cases (~25 min)
+	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_knobs.csv \
+	  --variant 'default={}' --variant 'budget x2={"iterations": 200}' --variant 'lr 0.03={"lr": 0.03}' \
+	  --variant 'table_lr 0.03={"table_lr": 0.03}' --variant 'table_lr 0.05={"table_lr": 0.05}' \
+	  --variant '32 groups={"num_groups": 32}' --variant '128 groups={"num_groups": 128}'
 
 search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
 	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv

@@ -8,6 +8,8 @@ touched. Writes one row per case and seed with the variant's best step time, its
 compute and its search seconds, beside the committed run's (`results/**/<cluster>-trinity-s<seed>.metrics.json`),
 and prints the means. With no ``--agent`` it reproduces the committed runs to the last digit (a check that
 it runs what the pipeline runs). E.g. `make search-default-cases AGENT='{"num_groups": 64, ...}'`.
+With ``--variant LABEL=JSON`` (repeated) it runs several variants in turn, rows labelled
+(`make search-default-knobs`: one knob at a time, 5 seeds, to tell a setting's effect from the seeds').
 """
 
 from __future__ import annotations
@@ -48,32 +50,47 @@ def cases(params: dict) -> list[tuple[str, str, int, dict, Path]]:
     return out
 
 
+def variant(text: str) -> tuple[str, dict, int | None]:
+    """``LABEL=JSON``: Trinity's agent options, and "iterations" for another budget."""
+    label, _, options = text.partition("=")
+    options = json.loads(options or "{}")
+    return label, options, options.pop("iterations", None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--agent", type=json.loads, default={}, metavar="JSON",
                         help="options merged over Trinity's agent: block, e.g. '{\"num_groups\": 64}'")
-    parser.add_argument("--csv", default="reports/search_default_cases.csv")
     parser.add_argument("--iterations", type=int, help="PPO iterations (default: the experiment's)")
+    parser.add_argument("--variant", type=variant, action="append", metavar="LABEL=JSON",
+                        help="instead of --agent/--iterations, one of several variants run in turn (rows labelled), "
+                             "e.g. 'budget x2={\"iterations\": 200}'")
     parser.add_argument("--only", default="", help="run the cases whose name contains this, e.g. 'regime'")
+    parser.add_argument("--csv", default="reports/search_default_cases.csv")
     args = parser.parse_args()
     params = yaml.safe_load(Path(args.params).read_text())
     search = params["methods"]["trinity"]["search"]
     data = Path(params["paths"]["data"])
-    rows = []
+    variants = args.variant or [("given", args.agent, args.iterations)]
+
     def name(model: str, cluster: str, reward: dict) -> str:
         return f"{model} {cluster}" + (" (paper's regime)" if reward else "")
 
     chosen = [c for c in cases(params) if args.only in name(c[0], c[1], c[3])]
-    for model, cluster_name, seed, reward, results in progress(chosen, desc="default cases"):
+    jobs = [(v, c) for v in variants for c in chosen]
+    rows = []
+    for (label, options, iterations), (model, cluster_name, seed, reward, results) in progress(jobs,
+                                                                                            desc="default cases"):
         graph = load_graph(data / model / "profile" / "graph.json.gz")
         features = OpFeatures.load(data / model / "embed" / "features.npz", graph)
         cluster = load_cluster(cluster_name)
-        agent = OmegaConf.to_container(OmegaConf.merge(search["agent"], args.agent))  # nested keys merged
+        agent = OmegaConf.to_container(OmegaConf.merge(search["agent"], options))  # nested keys merged
         if agent.get("num_groups"):  # capped at the graph's placement units, as the default is (layered12: 12)
             agent["num_groups"] = min(agent["num_groups"], int(graph.arrays.n_groups))
-        cfg = SearchConfig(method="trinity", iterations=args.iterations or search["iterations"], batch=search["batch"], seed=seed,
-                           checkpoint_every=10**9, reward=MDPEConfig(**{**params["reward"], **reward}), agent=agent)
+        cfg = SearchConfig(method="trinity", iterations=iterations or search["iterations"], batch=search["batch"],
+                           seed=seed, checkpoint_every=10**9, reward=MDPEConfig(**{**params["reward"], **reward}),
+                           agent=agent)
         with tempfile.TemporaryDirectory() as tmp:
             s = Search(graph, cluster, cfg, tmp, features=features, progress=False)
             best = s.run()
@@ -81,14 +98,15 @@ def main() -> None:
             s.close()
         res = Simulator(graph, cluster).simulate(best.placement, check=False)
         committed = json.loads((results / f"{cluster_name}-trinity-s{seed}.metrics.json").read_text())
-        rows.append({"case": name(model, cluster_name, reward), "seed": seed,
-                     "step_time_ms": res.step_time_us / 1e3, "busiest_share": res.busiest_share,
+        rows.append({**({"variant": label} if args.variant else {}), "case": name(model, cluster_name, reward),
+                     "seed": seed, "step_time_ms": res.step_time_us / 1e3, "busiest_share": res.busiest_share,
                      "search_seconds": seconds, "committed_step_time_ms": committed["step_time_ms"],
                      "committed_busiest_share": committed["busiest_share"],
                      "committed_search_seconds": committed["search_seconds"]})
         pd.DataFrame(rows).to_csv(args.csv, index=False)
     table = pd.DataFrame(rows)
-    summary = table.groupby("case", sort=False).agg(
+    keys = (["variant"] if args.variant else []) + ["case"]
+    summary = table.groupby(keys, sort=False).agg(
         step_ms=("step_time_ms", "mean"), sd=("step_time_ms", "std"), busiest=("busiest_share", "mean"),
         seconds=("search_seconds", "mean"), committed_ms=("committed_step_time_ms", "mean"),
         committed_sd=("committed_step_time_ms", "std"), committed_busiest=("committed_busiest_share", "mean"),
