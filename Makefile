@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-groups search-fresh search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-dev bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-fresh-variant search-fresh search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-dev bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -153,9 +153,14 @@ search-variety-mode: variety-graphs  ## that default with self-imitation gated o
 
 # Held out from the choice of METIS groups: synthetic graphs of sizes and seeds no table had used (training graphs of
 # 3,200 and 5,000 ops, a layered DAG of 4,000), with today's default and with stretches of levels
-GROUPS ?= 32
-search-variety-groups: variety-graphs  ## the same with GROUPS METIS groups instead of 64 (32 and 128 committed)
-	$(PY) benchmarks/search_variety.py --csv reports/search_variety_groups$(GROUPS).csv --agent '{"num_groups": $(GROUPS)}' $(VARIETY_GRAPHS)
+# One variant (VARIANT, merged over Trinity's options) on the graphs of other families, or on the fresh ones:
+# reports/search_{variety,fresh}_NAME*.csv. Committed: NAME=groups32 VARIANT='{"num_groups": 32}', groups128
+# (variety), table_lr0.05 VARIANT='{"table_lr": 0.05}' (both): the knobs of `make search-default-knobs`
+search-variety-variant: variety-graphs  ## Trinity with VARIANT's options on the graphs of other families (~10 min)
+	$(PY) benchmarks/search_variety.py --csv reports/search_variety_$(NAME).csv --agent '$(VARIANT)' $(VARIETY_GRAPHS)
+
+search-fresh-variant: $(STAMP)  ## the same on the fresh synthetic graphs (~8 min)
+	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh_$(NAME).csv --agent '$(VARIANT)'
 
 search-fresh: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on fresh synthetic graphs (~8 min)
 	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh.csv
