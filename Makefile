@@ -151,8 +151,6 @@ search-variety-mode: variety-graphs  ## that default with self-imitation gated o
 		--agent '{"self_imitation_gate": "mode", "explore": 0, $(STRETCHES), "unit_logits": false, "group_logits": false}}' \
 		$(VARIETY_GRAPHS)
 
-# Held out from the choice of METIS groups: synthetic graphs of sizes and seeds no table had used (training graphs of
-# 3,200 and 5,000 ops, a layered DAG of 4,000), with today's default and with stretches of levels
 # One variant (VARIANT, merged over Trinity's options) on the graphs of other families, or on the fresh ones:
 # reports/search_{variety,fresh}_NAME*.csv. Committed: NAME=groups32 VARIANT='{"num_groups": 32}', groups128
 # (variety), table_lr0.05 VARIANT='{"table_lr": 0.05}' (both): the knobs of `make search-default-knobs`
@@ -162,6 +160,8 @@ search-variety-variant: variety-graphs  ## Trinity with VARIANT's options on the
 search-fresh-variant: $(STAMP)  ## the same on the fresh synthetic graphs (~8 min)
 	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh_$(NAME).csv --agent '$(VARIANT)'
 
+# Held out from the choice of METIS groups: synthetic graphs of sizes and seeds no table had used (training graphs of
+# 3,200 and 5,000 ops, a layered DAG of 4,000), with today's default and with stretches of levels
 search-fresh: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on fresh synthetic graphs (~8 min)
 	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh.csv
 

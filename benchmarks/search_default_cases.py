@@ -54,6 +54,8 @@ def variant(text: str) -> tuple[str, dict, int | None]:
     """``LABEL=JSON``: Trinity's agent options, and "iterations" for another budget."""
     label, _, options = text.partition("=")
     options = json.loads(options or "{}")
+    if not isinstance(options, dict):
+        raise argparse.ArgumentTypeError(f"{label}: options must be a JSON object, got {options!r}")
     return label, options, options.pop("iterations", None)
 
 
