@@ -77,15 +77,20 @@ class DataParallelWork:
         return self
 
 
+def _ring_step_us(cluster: Cluster, ranks: list[int], chunk_bytes: float) -> float:
+    """One step of a ring over ``ranks`` (each sends ``chunk_bytes`` to the next in the list, the last to the
+    first), as slow as the ring's slowest edge."""
+    edges = [(ranks[i], ranks[(i + 1) % len(ranks)]) for i in range(len(ranks))]
+    lat = max(cluster.latency[s, d] for s, d in edges)
+    bw = min(cluster.bandwidth[s, d] for s, d in edges)
+    return lat + chunk_bytes / bw
+
+
 def _ring_allreduce_us(cluster: Cluster, ranks: list[int], nbytes: float) -> float:
     k = len(ranks)
     if k <= 1:
         return 0.0
-    edges = [(ranks[i], ranks[(i + 1) % k]) for i in range(k)]
-    lat = max(cluster.latency[s, d] for s, d in edges)
-    bw = min(cluster.bandwidth[s, d] for s, d in edges)
-    chunk = nbytes / k
-    return 2 * (k - 1) * (lat + chunk / bw)
+    return 2 * (k - 1) * _ring_step_us(cluster, ranks, nbytes / k)
 
 
 def _reduce_us(cluster: Cluster, root: int, nbytes: float) -> float:
@@ -95,10 +100,8 @@ def _reduce_us(cluster: Cluster, root: int, nbytes: float) -> float:
     P = cluster.n_devices
     if P <= 1:
         return 0.0
-    edges = [(r, (r - 1) % P) for r in range(P)]
-    lat = max(cluster.latency[s, d] for s, d in edges)
-    bw = min(cluster.bandwidth[s, d] for s, d in edges)
-    return (P - 1) * (lat + nbytes / P / bw) + _star_us(cluster, root, nbytes / P, True)
+    return (P - 1) * _ring_step_us(cluster, list(range(P))[::-1], nbytes / P) + _star_us(cluster, root, nbytes / P,
+                                                                                          True)
 
 
 def _star_us(cluster: Cluster, server: int, nbytes: float, inbound: bool) -> float:
