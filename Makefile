@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-fresh-variant search-fresh search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-dev bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-fresh-variant search-fresh search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-dev bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -151,14 +151,18 @@ search-variety-mode: variety-graphs  ## that default with self-imitation gated o
 		--agent '{"self_imitation_gate": "mode", "explore": 0, $(STRETCHES), "unit_logits": false, "group_logits": false}}' \
 		$(VARIETY_GRAPHS)
 
-# One variant (VARIANT, merged over Trinity's options) on the graphs of other families, or on the fresh ones:
-# reports/search_{variety,fresh}_NAME*.csv. Committed: NAME=groups32 VARIANT='{"num_groups": 32}', groups128
-# (variety), table_lr0.05 VARIANT='{"table_lr": 0.05}' (both): the knobs of `make search-default-knobs`
+# One variant (VARIANT, merged over Trinity's options; SEARCH, the loop's settings) on the graphs of other families,
+# or on the fresh ones: reports/search_{variety,fresh}_NAME*.csv. Committed: NAME=groups32 VARIANT='{"num_groups": 32}',
+# groups128 (variety), table_lr0.05 VARIANT='{"table_lr": 0.05}' (both): the knobs of `make search-default-knobs`;
+# NAME=racers2 SEARCH='{"racers": 2}' (both): `make search-default-racing`'s race
+VARIANT ?= {}
+SEARCH ?= {}
 search-variety-variant: variety-graphs  ## Trinity with VARIANT's options on the graphs of other families (~10 min)
-	$(PY) benchmarks/search_variety.py --csv reports/search_variety_$(NAME).csv --agent '$(VARIANT)' $(VARIETY_GRAPHS)
+	$(PY) benchmarks/search_variety.py --csv reports/search_variety_$(NAME).csv --agent '$(VARIANT)' --search '$(SEARCH)' \
+		$(VARIETY_GRAPHS)
 
 search-fresh-variant: $(STAMP)  ## the same on the fresh synthetic graphs (~8 min)
-	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh_$(NAME).csv --agent '$(VARIANT)'
+	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh_$(NAME).csv --agent '$(VARIANT)' --search '$(SEARCH)'
 
 # Held out from the choice of METIS groups: synthetic graphs of sizes and seeds no table had used (training graphs of
 # 3,200 and 5,000 ops, a layered DAG of 4,000), with today's default and with stretches of levels
@@ -185,6 +189,11 @@ search-default-knobs: params  ## Trinity from scratch, one knob changed at a tim
 	  --variant 'default={}' --variant 'budget x2={"iterations": 200}' --variant 'lr 0.03={"lr": 0.03}' \
 	  --variant 'table_lr 0.03={"table_lr": 0.03}' --variant 'table_lr 0.05={"table_lr": 0.05}' \
 	  --variant '32 groups={"num_groups": 32}' --variant '128 groups={"num_groups": 128}'
+
+# Two seeds racing inside one search (trinity/rl/racing.py), the budget shared: does it spend the regime's coin?
+search-default-racing: params  ## Trinity from scratch with 2 racers, on the default experiment's cases (~6 min)
+	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_racing.csv \
+	  --variant 'racers 2={"racers": 2}' --variant 'racers 2 share 0.66={"racers": 2, "race_share": 0.66}'
 
 search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
 	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv

@@ -50,13 +50,17 @@ def cases(params: dict) -> list[tuple[str, str, int, dict, Path]]:
     return out
 
 
-def variant(text: str) -> tuple[str, dict, int | None]:
-    """``LABEL=JSON``: Trinity's agent options, and "iterations" for another budget."""
+#: a variant's keys that are the search loop's (SearchConfig's), not the agent's
+LOOP_KEYS = ("iterations", "racers", "race_share")
+
+
+def variant(text: str) -> tuple[str, dict, dict]:
+    """``LABEL=JSON``: Trinity's agent options, and the loop's ("iterations" for another budget, "racers", ...)."""
     label, _, options = text.partition("=")
     options = json.loads(options or "{}")
     if not isinstance(options, dict):
         raise argparse.ArgumentTypeError(f"{label}: options must be a JSON object, got {options!r}")
-    return label, options, options.pop("iterations", None)
+    return label, options, {k: options.pop(k) for k in LOOP_KEYS if k in options}
 
 
 def main() -> None:
@@ -74,7 +78,7 @@ def main() -> None:
     params = yaml.safe_load(Path(args.params).read_text())
     search = params["methods"]["trinity"]["search"]
     data = Path(params["paths"]["data"])
-    variants = args.variant or [("given", args.agent, args.iterations)]
+    variants = args.variant or [("given", args.agent, {"iterations": args.iterations} if args.iterations else {})]
 
     def name(model: str, cluster: str, reward: dict) -> str:
         return f"{model} {cluster}" + (" (paper's regime)" if reward else "")
@@ -82,7 +86,7 @@ def main() -> None:
     chosen = [c for c in cases(params) if args.only in name(c[0], c[1], c[3])]
     jobs = [(v, c) for v in variants for c in chosen]
     rows = []
-    for (label, options, iterations), (model, cluster_name, seed, reward, results) in progress(jobs,
+    for (label, options, loop), (model, cluster_name, seed, reward, results) in progress(jobs,
                                                                                             desc="default cases"):
         graph = load_graph(data / model / "profile" / "graph.json.gz")
         features = OpFeatures.load(data / model / "embed" / "features.npz", graph)
@@ -90,9 +94,9 @@ def main() -> None:
         agent = OmegaConf.to_container(OmegaConf.merge(search["agent"], options))  # nested keys merged
         if agent.get("num_groups"):  # capped at the graph's placement units, as the default is (layered12: 12)
             agent["num_groups"] = min(agent["num_groups"], int(graph.arrays.n_groups))
-        cfg = SearchConfig(method="trinity", iterations=iterations or search["iterations"], batch=search["batch"],
-                           seed=seed, checkpoint_every=10**9, reward=MDPEConfig(**{**params["reward"], **reward}),
-                           agent=agent)
+        loop = {**{k: search[k] for k in LOOP_KEYS if k in search}, **loop}
+        cfg = SearchConfig(method="trinity", batch=search["batch"], seed=seed, checkpoint_every=10**9,
+                           reward=MDPEConfig(**{**params["reward"], **reward}), agent=agent, **loop)
         with tempfile.TemporaryDirectory() as tmp:
             s = Search(graph, cluster, cfg, tmp, features=features, progress=False)
             best = s.run()

@@ -55,6 +55,13 @@ def graphs(files: list[str], fresh: bool = False):
         yield load_graph(f)
 
 
+def json_object(text: str) -> dict:
+    value = json.loads(text or "{}")
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {text!r}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("graphs", nargs="*")
@@ -64,8 +71,10 @@ def main() -> None:
     parser.add_argument("--csv", default="reports/search_variety.csv")
     parser.add_argument("--fresh", action="store_true",
                         help="synthetic graphs of new sizes and seeds instead (held out from every choice so far)")
-    parser.add_argument("--agent", type=json.loads, default={}, metavar="JSON",
+    parser.add_argument("--agent", type=json_object, default={}, metavar="JSON",
                         help="Trinity's options for these runs (the agent: block), e.g. '{\"self_imitation\": 10}'")
+    parser.add_argument("--search", type=json_object, default={}, metavar="JSON",
+                        help="the search loop's settings for these runs (SearchConfig), e.g. '{\"racers\": 2}'")
     args = parser.parse_args()
     rows = []
     for graph in graphs(args.graphs, args.fresh):
@@ -83,7 +92,7 @@ def main() -> None:
             for seed in progress(range(args.seeds), desc=case):
                 with tempfile.TemporaryDirectory() as tmp:
                     cfg = SearchConfig(iterations=args.iterations, batch=args.batch, seed=seed, checkpoint_every=10**9,
-                                       agent=args.agent)
+                                       agent=args.agent, **args.search)
                     s = Search(graph, cluster, cfg, tmp, progress=False, feature_cache="data/.features")
                     t0 = time.perf_counter()
                     best = s.run()

@@ -240,7 +240,8 @@ def cmd_search(args) -> None:
     batch = args.batch or (TRINITY_SCRATCH_BATCH if args.method == "trinity" and not args.warm_start else BATCH)
     cfg = SearchConfig(method=args.method, iterations=args.iterations, batch=batch, seed=args.seed,
                        warm_start=args.warm_start, threads=args.threads, sim_threads=args.sim_threads,
-                       warm_start_steps=args.warm_start_steps, checkpoint_every=args.checkpoint_every, agent=agent)
+                       warm_start_steps=args.warm_start_steps, checkpoint_every=args.checkpoint_every, agent=agent,
+                       racers=args.racers, race_share=args.race_share)
     g, cluster = _graph(args.graph), load_cluster(args.cluster)
     out = Path(args.out or f"runs/{g.name}-{cluster.name}-{args.method}-s{args.seed}")
     tracker = NullTracker()
@@ -471,7 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_int_in(1, MAX_SEARCH_BATCH),
                    help=f"strategies sampled per iteration (default {TRINITY_SCRATCH_BATCH} for trinity from scratch, "
                         f"as conf/method/trinity.yaml; else {BATCH})")
-    p.add_argument("--groups", type=_int_in(1), help="k (default: trinity 128 from scratch, 256 after --warm-start; "
+    p.add_argument("--groups", type=_int_in(1), help="k (default: trinity 64 from scratch, 256 after --warm-start; "
                                                       "hierarchical min(256, 20 x devices))")
     p.add_argument("--lr", type=_positive_float, help="Adam's rate (default: trinity 1e-2, 1e-4 after --warm-start; "
                                                       "hierarchical 0.1)")
@@ -479,6 +480,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a setting of the method (its agent options: e.g. ppo_epochs=4, entropy_coef=0.01, "
                         "policy.lstm_hidden=64 for trinity, policy.hidden=128 for hierarchical; repeatable)")
     p.add_argument("--sim-threads", type=_int_in(1, MAX_THREADS), help="threads simulating a batch (default: cores)")
+    p.add_argument("--racers", type=_int_in(1, 64), default=1,
+                   help="searches from seeds SEED, SEED + 100003, ... sharing the budget; the best finishes it")
+    p.add_argument("--race-share", type=_positive_float, default=0.8,
+                   help="the share of the budget the racers spend taking turns (at most 1)")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--threads", type=_int_in(1, MAX_THREADS), default=1)
     p.add_argument("--warm-start", help="first imitate this placer's output (e.g. m-etf), or 'best': the best "

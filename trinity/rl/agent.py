@@ -47,6 +47,11 @@ class AgentContext:
     warm_start: bool  #: the agent is about to imitate a placer (fine-tuning defaults apply)
     features: Any = None  #: trinity.features.OpFeatures from the pipeline's embed stage, if given
     feature_cache: Any = None  #: a folder for features computed here
+    feature_seed: int | None = None  #: the seed of features computed here (node2vec); None = ``seed``
+
+    @property
+    def embedding_seed(self) -> int:
+        return self.seed if self.feature_seed is None else self.feature_seed
 
 
 class Agent(ABC):

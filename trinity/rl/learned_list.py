@@ -347,7 +347,7 @@ class LearnedListAgent(Agent):
                                                                           "embedding_dim")}
             options = LearnedListOptions(**{**doc["options"], **keep})  # the file's network shape
         self.options = options
-        self.graph = ListGraph(graph, cluster, embedding_dim=options.embedding_dim, seed=ctx.seed,
+        self.graph = ListGraph(graph, cluster, embedding_dim=options.embedding_dim, seed=ctx.embedding_seed,
                                features=ctx.features, feature_cache=ctx.feature_cache)
         self.unit_of_op = self.graph.unit_of_op
         self.num_groups = int(graph.arrays.n_groups)

@@ -150,7 +150,7 @@ class TrinityAgent(TwoLevelAgent):
                                          "self_imitation_gate": gate, "table_lr": table_lr, "explore": explore})
         self.num_groups = k
         # features from the pipeline's embed stage, or computed here (cached in ``feature_cache``)
-        feats = ctx.features or op_features(graph, embedding_dim=options.embedding_dim, seed=ctx.seed,
+        feats = ctx.features or op_features(graph, embedding_dim=options.embedding_dim, seed=ctx.embedding_seed,
                                             cache_dir=ctx.feature_cache)
         self.units = UnitGraph(graph, feats)
         self.unit_of_op = self.units.unit_of_op

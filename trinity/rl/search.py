@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,7 @@ from trinity.reward import MDPEConfig
 from trinity.rl import checkpoint, defaults
 from trinity.rl.agent import DEFAULT_METHOD, Agent, AgentContext, agent_class, agent_options, check_range
 from trinity.rl.checkpoint import checkpoint_run_id  # noqa: F401  (re-exported for the CLI and stages)
+from trinity.rl.racing import RacingAgent
 from trinity.rl.warm_start import WARM_START_PLACERS, warm_start  # noqa: F401  (re-exported)
 from trinity.sim import SimResult, Simulator
 from trinity.track import NullTracker
@@ -59,6 +60,10 @@ class SearchConfig:
     warm_start_steps: int = 1000
     warm_start_lr: float = 1e-2
     warm_start_grad_clip: float = 1.0
+    #: searches from different seeds sharing the budget (`trinity/rl/racing.py`); 1 = one search
+    racers: int = 1
+    #: the share of the budget the racers spend taking turns, before the leader runs the rest alone
+    race_share: float = 0.8
     reward: MDPEConfig = field(default_factory=MDPEConfig)
     agent: dict = field(default_factory=dict)  #: the method's settings (its Agent.Options' fields)
 
@@ -74,6 +79,10 @@ class SearchConfig:
         check_range("search", "warm_start_steps", self.warm_start_steps, 0)
         check_range("search", "warm_start_lr", self.warm_start_lr, 0, 10.0, low_open=True)
         check_range("search", "warm_start_grad_clip", self.warm_start_grad_clip, 0, low_open=True)
+        check_range("search", "racers", self.racers, 1, 64)
+        check_range("search", "race_share", self.race_share, 0, 1, low_open=True)
+        if self.racers > 1 and self.warm_start is not None:
+            raise TrinityError("a race starts from scratch: use racers=1 with a warm start", field="racers")
         if self.warm_start is not None:
             from trinity.placers import PLACERS
 
@@ -105,9 +114,15 @@ class Search:
         self.progress = progress
         _check_inputs(graph, cluster)
         torch.set_num_threads(cfg.threads)
-        ctx = AgentContext(seed=cfg.seed, reward=cfg.reward, warm_start=bool(cfg.warm_start), features=features,
+        ctx = AgentContext(seed=cfg.seed, feature_seed=cfg.seed, reward=cfg.reward, warm_start=bool(cfg.warm_start), features=features,
                            feature_cache=feature_cache)
-        self.agent: Agent = agent_class(cfg.method)(graph, cluster, agent_options(cfg.method, cfg.agent), ctx)
+        options = agent_options(cfg.method, cfg.agent)
+
+        def make_agent(seed: int) -> Agent:  # every racer embeds the graph as the search's seed does
+            return agent_class(cfg.method)(graph, cluster, options, replace(ctx, seed=seed))
+
+        self.agent: Agent = make_agent(cfg.seed) if cfg.racers == 1 else RacingAgent(
+            make_agent, cfg.seed, cfg.racers, max(1, round(cfg.race_share * cfg.iterations / cfg.racers)))
         self.num_groups = self.agent.num_groups
         _check_groups(graph, cluster, self.num_groups)
         self.generator = torch.Generator().manual_seed(cfg.seed)

@@ -1,0 +1,75 @@
+"""Racing (trinity/rl/racing.py): each racer draws as a search of its own seed, the leader finishes, resume is exact."""
+
+import numpy as np
+import pytest
+
+from trinity.errors import TrinityError
+from trinity.features import op_features
+from trinity.rl.racing import SEED_STRIDE
+from trinity.rl.search import Search, SearchConfig
+from trinity.track import NullTracker
+
+from test_search import cluster, config, two_chains
+
+
+def rewards(search):
+    return [h["charts/reward_mean"] for h in search.history]
+
+
+def test_turns_then_the_leader_alone(tmp_path):
+    # 3 racers, race_share 0.6 of 10 iterations: 2 turns each (6 iterations), then 4 by the leader
+    s = Search(two_chains(), cluster(), config("trinity", 10, racers=3, race_share=0.6), tmp_path, progress=False)
+    assert [s.agent.turn(i) for i in range(6)] == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
+    s.run()
+    winner = s.agent.winner
+    assert winner == int(np.argmax(s.agent.best))
+    assert [h["charts/racer"] for h in s.history] == [0, 1, 2, 0, 1, 2] + [winner] * 4
+    assert s.agent.turn(9) == (winner, 5)  # the winner's sixth iteration of its own
+
+
+def test_each_racer_draws_exactly_as_a_search_of_its_own_seed(tmp_path):
+    # every racer embeds the graph with the search's seed; the searches alone are given the same embedding
+    features = op_features(two_chains(), embedding_dim=4, seed=4)
+    raced = Search(two_chains(), cluster(), config("trinity", 12, racers=2, race_share=1.0, seed=4), tmp_path / "race",
+                   features=features, progress=False)
+    raced.run()
+    for j in range(2):
+        alone = Search(two_chains(), cluster(), config("trinity", 6, seed=4 + j * SEED_STRIDE), tmp_path / str(j),
+                       features=features, progress=False)
+        alone.run()
+        assert rewards(raced)[j::2] == rewards(alone)
+    # the search's best is the best of both racers' samples
+    assert raced.best.reward == max(raced.agent.best)
+
+
+class KilledAt(NullTracker):
+    """Interrupts the search as it logs loop iteration ``at`` (after the checkpoint before it)."""
+
+    def __init__(self, at: int):
+        super().__init__()
+        self.at = at
+
+    def log_metrics(self, metrics, step=None):
+        if step == self.at:
+            raise KeyboardInterrupt
+
+
+def test_a_race_killed_and_resumed_ends_as_an_uninterrupted_one(tmp_path):
+    race = config("trinity", 30, racers=2, race_share=0.5)  # 8 turns each (16 iterations), checkpoints every 10
+    full = Search(two_chains(), cluster(), race, tmp_path / "full", progress=False)
+    full.run()
+    with pytest.raises(KeyboardInterrupt):
+        Search(two_chains(), cluster(), race, tmp_path / "cut", tracker=KilledAt(13), progress=False).run()
+    resumed = Search(two_chains(), cluster(), race, tmp_path / "cut", progress=False)
+    assert resumed.iteration == 10 and resumed.agent.winner is None  # mid-race
+    resumed.run()
+    assert rewards(resumed) == rewards(full) and resumed.agent.winner == full.agent.winner
+
+
+def test_racing_settings_are_checked():
+    with pytest.raises(TrinityError, match="racers: must be a number >= 1 and <= 64, got 0"):
+        SearchConfig(racers=0)
+    with pytest.raises(TrinityError, match="race_share: must be a number > 0 and <= 1, got 1.5"):
+        SearchConfig(racers=2, race_share=1.5)
+    with pytest.raises(TrinityError, match="racers: a race starts from scratch"):
+        SearchConfig(racers=2, warm_start="m-etf")
