@@ -154,7 +154,7 @@ search-variety-mode: variety-graphs  ## that default with self-imitation gated o
 # One variant (VARIANT, merged over Trinity's options; SEARCH, the loop's settings) on the graphs of other families,
 # or on the fresh ones: reports/search_{variety,fresh}_NAME*.csv. Committed: NAME=groups32 VARIANT='{"num_groups": 32}',
 # groups128 (variety), table_lr0.05 VARIANT='{"table_lr": 0.05}' (both): the knobs of `make search-default-knobs`;
-# NAME=racers2 SEARCH='{"racers": 2}' (both): `make search-default-racing`'s race
+# NAME=racers2 SEARCH='{"racers": 2}' (both): `make search-default-racing`'s race; NAME=relabel VARIANT='{"relabel": true}' (both)
 VARIANT ?= {}
 SEARCH ?= {}
 search-variety-variant: variety-graphs  ## Trinity with VARIANT's options on the graphs of other families (~10 min)
@@ -191,7 +191,7 @@ search-default-knobs: params  ## Trinity from scratch, one knob changed at a tim
 	  --variant '32 groups={"num_groups": 32}' --variant '128 groups={"num_groups": 128}'
 
 # Two seeds racing inside one search (trinity/rl/racing.py), the budget shared: does it spend the regime's coin?
-search-default-racing: params  ## Trinity from scratch with 2 racers, on the default experiment's cases (~6 min)
+search-default-racing: params  ## Trinity from scratch with 2 racers, on the default experiment's cases (~4 min)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_racing.csv \
 	  --variant 'racers 2={"racers": 2}' --variant 'racers 2 share 0.66={"racers": 2, "race_share": 0.66}'
 

@@ -63,3 +63,21 @@ def test_subset_keeps_the_chosen_devices_and_their_links():
     sub = c.subset([2, 0])
     assert sub.device_names == ["c", "a"]
     assert sub.bandwidth[0, 1] == 2000.0 and sub.latency[1, 0] == 1.0
+
+
+def test_interchangeable_devices():
+    import numpy as np
+
+    from trinity.cluster import cluster_from_dict
+
+    assert load_cluster("p100x4").interchangeable().tolist() == [0, 0, 0, 0]
+    # two nodes of two devices each: a fast link within a node, a slow one between nodes. Swapping two devices
+    # of one node keeps every link; swapping across nodes does not (the swapped pair's links to their
+    # node-mates change), and a device of another speed is a class of its own.
+    fast, slow = {"bandwidth_GBps": 10.0, "latency_us": 1.0}, {"bandwidth_GBps": 1.0, "latency_us": 10.0}
+    names = ["a0", "a1", "b0", "b1", "c"]
+    links = [{"src": s, "dst": t, **(fast if s[0] == t[0] else slow)} for s in names for t in names if s < t]
+    c = cluster_from_dict({"name": "two-nodes", "links": links,
+                           "devices": [{"name": n, "memory_GB": 16, "speed": 2.0 if n == "c" else 1.0} for n in names]})
+    assert c.interchangeable().tolist() == [0, 0, 2, 2, 4]
+    assert np.array_equal(c.subset([0, 1]).interchangeable(), [0, 0])

@@ -73,3 +73,4 @@ def test_racing_settings_are_checked():
         SearchConfig(racers=2, race_share=1.5)
     with pytest.raises(TrinityError, match="racers: a race starts from scratch"):
         SearchConfig(racers=2, warm_start="m-etf")
+

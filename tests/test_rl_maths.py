@@ -50,3 +50,23 @@ def test_normalised_advantages():
     # mean 4, sample std sqrt(8): the scale of the rewards does not matter
     assert normalised_advantages(torch.tensor([2.0, 6.0])).tolist() == pytest.approx([-2 ** -0.5, 2 ** -0.5])
     assert normalised_advantages(torch.tensor([5.0])).tolist() == [0.0]  # one sample: no relative signal
+
+
+def test_relabelled_devices_by_hand():
+    import numpy as np
+
+    from trinity.rl.algorithms import relabelled_devices
+
+    # group 0 likes device 0, group 1 device 1 (and 0 next), group 2 has no preference
+    log_sched = torch.log(torch.tensor([[0.7, 0.1, 0.1, 0.1], [0.2, 0.6, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]]))
+    devices = torch.tensor([[2, 3, 3], [0, 1, 0], [3, 3, 3], [1, 1, 1]])
+    every = np.zeros(4, np.int64)
+    # row 0: 2 -> 0 and 3 -> 1 (0.7 * 0.6 * 0.25, the largest of any labelling); row 1 is already the likeliest;
+    # rows 2 and 3 put every group on one device, likeliest on device 0 (0.7 * 0.2 against 0.1 * 0.6 on 1)
+    assert relabelled_devices(devices, log_sched, every).tolist() == [[0, 1, 1], [0, 1, 0], [0, 0, 0], [0, 0, 0]]
+    # no two devices interchangeable: nothing moves
+    assert relabelled_devices(devices, log_sched, np.arange(4)).tolist() == devices.tolist()
+    # classes {0, 1} and {2, 3}: rows 0 and 2 may only swap 2 and 3, which ties (0.1 * 0.1 either way): kept;
+    # row 3 moves from 1 to 0 within its class
+    assert relabelled_devices(devices, log_sched, np.array([0, 0, 2, 2])).tolist() == \
+        [[2, 3, 3], [0, 1, 0], [3, 3, 3], [0, 0, 0]]

@@ -582,3 +582,28 @@ def test_trinitys_scratch_batch_is_the_one_its_method_file_sets():
 
     conf = yaml.safe_load((Path(__file__).parent.parent / "conf" / "method" / "trinity.yaml").read_text())
     assert conf["search"]["batch"] == TRINITY_SCRATCH_BATCH == 64
+
+
+def test_relabelled_batches_keep_the_sampling_log_probabilities(tmp_path):
+    """`agent.relabel`: the update sees each sample's mirror image the policy finds likeliest, with that image's
+    log-probabilities under the distribution that sampled the batch (so PPO's ratio starts at exactly 1)."""
+    from dataclasses import replace
+
+    import torch
+
+    from trinity.rl.algorithms import relabelled_devices
+
+    s = Search(two_chains(), cluster(), config("trinity", 3, agent={"relabel": True}), tmp_path, progress=False)
+    agent = s.agent
+    samples = agent.sample(8, torch.Generator().manual_seed(0), 0)
+    strategy = samples.data
+    log_sched = strategy.distributions[1].detach()
+    relabelled = agent._relabelled(strategy)
+    assert torch.equal(relabelled.devices, relabelled_devices(strategy.devices, log_sched, agent.classes))
+    assert torch.equal(relabelled.groups, strategy.groups)
+    with torch.no_grad():
+        again = agent.policy.log_prob(replace(relabelled, distributions=None))[0]  # the distribution, recomputed
+    assert torch.allclose(relabelled.logp, again, atol=1e-6)
+    s.run()  # and a search with it runs end to end
+    with pytest.raises(TrinityError, match="relabel: needs policy.decoder=parallel"):
+        SearchConfig(agent={"relabel": True, "policy": {"decoder": "sequential"}})

@@ -102,6 +102,30 @@ class Cluster:
                        send_cpu_share=self.send_cpu_share, corun_slowdown=self.corun_slowdown,
                        step_sync_us=self.step_sync_us)
 
+    def interchangeable(self) -> np.ndarray:
+        """int64[D]: devices with one label can swap places without changing any strategy's cost: the same
+        kind, speed and memory, and links that look the same after the swap. (Swaps that keep the cluster
+        compose into any permutation within a label, so the labels are classes.)"""
+        n = self.n_devices
+        label = np.full(n, -1, np.int64)
+        off = ~np.eye(n, dtype=bool)  # the diagonal is unused
+
+        def swappable(i: int, j: int) -> bool:
+            a, b = self.devices[i], self.devices[j]
+            if (a.kind, a.speed, a.flops_per_s, a.memory_bytes) != (b.kind, b.speed, b.flops_per_s, b.memory_bytes):
+                return False
+            p = np.arange(n)
+            p[[i, j]] = [j, i]
+            return all(np.array_equal(m[np.ix_(p, p)][off], m[off]) for m in (self.bandwidth, self.latency))
+
+        for i in range(n):
+            if label[i] < 0:
+                label[i] = i
+                for j in range(i + 1, n):
+                    if label[j] < 0 and swappable(i, j):
+                        label[j] = i
+        return label
+
     def transfer_us(self, src: int, dst: int, nbytes: float) -> float:
         if src == dst:
             return 0.0

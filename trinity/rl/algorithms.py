@@ -10,6 +10,9 @@
   after the smallest update.
 * `reinforce_loss`: L = -mean(A * logp) (Williams 1992), as Hierarchical uses.
 * `normalised_advantages`: A = (R - mean(R)) / std(R) within one batch (CleanRL's norm_adv).
+* `relabelled_devices`: each sample's devices permuted, within classes of interchangeable devices, to the
+  labelling the policy finds likeliest (a linear assignment, as DETR matches predictions to targets): the
+  reward cannot tell the labellings apart, so without it the gradients of mirror-image samples cancel.
 * `temperature_for_exploration`: the lowest sampling temperature >= 1 that keeps a target number of
   decisions off a policy's likeliest choices (Trinity's ``explore``, learned-list's).
 """
@@ -74,3 +77,22 @@ def temperature_for_exploration(off: Callable[[float], float], target: float, *,
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if off(float(np.exp(mid))) < target else (lo, mid)
     return float(np.exp(hi))
+
+
+def relabelled_devices(devices: torch.Tensor, log_sched: torch.Tensor, classes: np.ndarray) -> torch.Tensor:
+    """int64[B, k]: each row of ``devices`` (group -> device) relabelled by the permutation p of devices that
+    maximises sum over groups g of log_sched[g, p(devices[g])], among the permutations that keep every device
+    within its class of ``classes`` (int[D], `Cluster.interchangeable`); a tie keeps the row's own labels."""
+    from scipy.optimize import linear_sum_assignment
+
+    d = log_sched.shape[1]
+    same = torch.from_numpy(classes[:, None] == classes[None, :])
+    # score[b, i, j]: the log-probability of moving every group of row b on device i to device j
+    score = torch.nn.functional.one_hot(devices, d).to(log_sched.dtype).transpose(1, 2) @ log_sched.detach()
+    score = torch.where(same, score, torch.full_like(score, -1e30)).double().numpy() + 1e-9 * np.eye(d)
+    perm = np.empty((len(devices), d), np.int64)
+    for b, s in enumerate(score):
+        rows, cols = linear_sum_assignment(s, maximize=True)
+        perm[b, rows] = cols
+    return torch.from_numpy(perm).gather(1, devices)
+

@@ -19,6 +19,8 @@ Read top to bottom, as CleanRL's ppo.py:
   at the lowest temperature >= 1 that puts ``explore`` units per sample off the policy's likeliest
   devices, PPO's ratio under the same (a settled policy still tries a few moves). After a warm
   start none of these is on by default but the per-unit logits (the imitation is then exact).
+Off by default, ``relabel`` first permutes each sample's interchangeable devices to the labelling the
+policy finds likeliest, so mirror images of a strategy push the policy the same way.
 
 PPO's old log-probabilities are those of the distribution that sampled (its dropout mask, noise
 and temperature), computed exactly as the update computes the new ones, so the ratio before the
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+import numpy as np
 import torch
 
 from trinity.cluster import Cluster
@@ -37,7 +40,7 @@ from trinity.features import op_features
 from trinity.graph.ir import OpGraph
 from trinity.reward import mdpe_reward
 from trinity.rl.agent import AgentContext, Samples, TwoLevelAgent, check_range, register
-from trinity.rl.algorithms import EMABaseline, normalised_advantages, ppo_loss
+from trinity.rl.algorithms import EMABaseline, normalised_advantages, ppo_loss, relabelled_devices
 from trinity.rl.policy import PlacementPolicy, PolicyConfig, UnitGraph, likeliest_device_probability
 
 
@@ -85,6 +88,11 @@ class TrinityOptions:
     #: device or on its best strategy, still tries a few other units and can climb from there; at most one
     #: unit in 12; 0 = off. None = 8 where normalize_advantages' default is on, else 0
     explore: float | None = None
+    #: before each update, relabel every sample's devices, within classes of interchangeable devices, to the
+    #: labelling the policy finds likeliest (`relabelled_devices`): mirror images of a strategy then push the
+    #: policy the same way instead of cancelling (parallel decoder only; off: it trades the paper's regime
+    #: against the layered DAGs, README's *Relabelling mirror images*)
+    relabel: bool = False
     embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
@@ -109,6 +117,9 @@ class TrinityOptions:
                                field="explore")
         check_range("trinity", "self_imitation", self.self_imitation, 0, 100.0, allow_none=True)
         check_range("trinity", "self_imitation_agreement", self.self_imitation_agreement, 0, 1.0, allow_none=True)
+        if self.relabel and self.policy.decoder != "parallel":
+            raise TrinityError("needs policy.decoder=parallel (the sequential decoder's devices condition on the "
+                               "previous group's)", field="relabel")
         if self.self_imitation and self.policy.decoder != "parallel":
             raise TrinityError("needs policy.decoder=parallel (the sequential decoder's noise is drawn per sample)",
                                field="self_imitation")
@@ -169,6 +180,9 @@ class TrinityAgent(TwoLevelAgent):
         self.optimizer = torch.optim.Adam(groups, lr=lr, foreach=True)
         self.baseline = EMABaseline(options.baseline_decay)
         self.elite: tuple[torch.Tensor, torch.Tensor, float] | None = None  #: self-imitation's target
+        classes = cluster.interchangeable() if options.relabel else np.arange(cluster.n_devices)
+        #: the devices' classes for ``relabel``; None where it is off or no two devices are interchangeable
+        self.classes = classes if len(set(classes.tolist())) < len(classes) else None
         self.imitating = False  #: the self-imitation term is on (see TrinityOptions.self_imitation_agreement)
 
     def reward(self, result) -> float:
@@ -199,6 +213,8 @@ class TrinityAgent(TwoLevelAgent):
         advantages = self.baseline.advantages(rewards)
         if o.normalize_advantages:
             advantages = normalised_advantages(rewards)
+        if self.classes is not None:
+            strategy = self._relabelled(strategy)
         logp_old = strategy.logp  # of the distribution sampled: its dropout mask and noise (see Strategy)
         b = len(rewards)
         if o.self_imitation:
@@ -227,6 +243,16 @@ class TrinityAgent(TwoLevelAgent):
                 "charts/lr": self.optimizer.param_groups[0]["lr"], "charts/baseline": float(self.baseline.value),
                 "charts/noise": strategy.noise, "charts/temperature": float(strategy.temperature),
                 "losses/self_imitation": float(imitation.detach())}
+
+    def _relabelled(self, strategy):
+        """The batch with its devices relabelled (``relabel``), and their log-probabilities under the
+        distribution that sampled them (the parallel decoder's, shared by the batch)."""
+        with torch.no_grad():
+            log_sched = (strategy.distributions or self.policy.one_pass(strategy))[1]
+        devices = relabelled_devices(strategy.devices, log_sched, self.classes)
+        logp = strategy.logp.clone()
+        logp[:, -devices.shape[1]:] = log_sched.detach()[torch.arange(devices.shape[1]), devices]
+        return replace(strategy, devices=devices, logp=logp)
 
     def _keep_elite(self, strategy, rewards: torch.Tensor) -> None:
         """The best (groups, devices, reward) sampled so far."""
