@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-fresh-variant search-fresh search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-dev bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-fresh-variant search-fresh search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-regime-seeds search-dev bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -194,6 +194,10 @@ search-default-knobs: params  ## Trinity from scratch, one knob changed at a tim
 search-default-racing: params  ## Trinity from scratch with 2 racers, on the default experiment's cases (~4 min)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_racing.csv \
 	  --variant 'racers 2={"racers": 2}' --variant 'racers 2 share 0.66={"racers": 2, "race_share": 0.66}'
+
+# The regime's coin on 20 seeds (its 5-seed mean has a standard error of ~15 ms): how often a seed settles slow
+search-regime-seeds: params  ## Trinity from scratch in the paper's regime, seeds 0-19 (~3 min)
+	$(PY) benchmarks/search_default_cases.py --csv reports/search_regime_seeds20.csv --only regime --seeds 20
 
 search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
 	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv

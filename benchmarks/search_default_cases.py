@@ -37,16 +37,18 @@ from trinity.rl.search import Search, SearchConfig  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
 
 
-def cases(params: dict) -> list[tuple[str, str, int, dict, Path]]:
-    """(model, cluster, seed, reward overrides, committed results folder) for every Trinity job of the experiment."""
+def cases(params: dict, seeds: int | None = None) -> list[tuple[str, str, int, dict, Path]]:
+    """(model, cluster, seed, reward overrides, committed results folder) for every Trinity job of the experiment
+    (``seeds``: seeds 0 to seeds - 1 instead of the experiment's)."""
     run, out = params["run"], []
     if "trinity" in run["searches"]:
         out += [(m, c, s, {}, Path(params["paths"]["results"]) / "search" / m)
-                for m in run["models"] for c in run["clusters"] for s in run["seeds"]]
+                for m in run["models"] for c in run["clusters"] for s in (range(seeds) if seeds else run["seeds"])]
     regime = run.get("regime") or {}
     if "trinity" in regime.get("searches", []):
         out += [(m, c, s, regime.get("reward", {}), Path(params["paths"]["results"]) / "regime" / "search" / m)
-                for m in regime["models"] for c in regime["clusters"] for s in regime["seeds"]]
+                for m in regime["models"] for c in regime["clusters"]
+                for s in (range(seeds) if seeds else regime["seeds"])]
     return out
 
 
@@ -72,6 +74,8 @@ def main() -> None:
     parser.add_argument("--variant", type=variant, action="append", metavar="LABEL=JSON",
                         help="instead of --agent/--iterations, one of several variants run in turn (rows labelled), "
                              "e.g. 'budget x2={\"iterations\": 200}'")
+    parser.add_argument("--seeds", type=int, help="seeds 0 to SEEDS - 1 (default: the experiment's); the committed "
+                        "columns are empty for seeds the experiment did not run")
     parser.add_argument("--only", default="", help="run the cases whose name contains this, e.g. 'regime'")
     parser.add_argument("--csv", default="reports/search_default_cases.csv")
     args = parser.parse_args()
@@ -83,7 +87,7 @@ def main() -> None:
     def name(model: str, cluster: str, reward: dict) -> str:
         return f"{model} {cluster}" + (" (paper's regime)" if reward else "")
 
-    chosen = [c for c in cases(params) if args.only in name(c[0], c[1], c[3])]
+    chosen = [c for c in cases(params, args.seeds) if args.only in name(c[0], c[1], c[3])]
     jobs = [(v, c) for v in variants for c in chosen]
     rows = []
     for (label, options, loop), (model, cluster_name, seed, reward, results) in progress(jobs,
@@ -103,12 +107,13 @@ def main() -> None:
             seconds = s.seconds
             s.close()
         res = Simulator(graph, cluster).simulate(best.placement, check=False)
-        committed = json.loads((results / f"{cluster_name}-trinity-s{seed}.metrics.json").read_text())
+        committed_file = results / f"{cluster_name}-trinity-s{seed}.metrics.json"
+        committed = json.loads(committed_file.read_text()) if committed_file.exists() else {}
         rows.append({**({"variant": label} if args.variant else {}), "case": name(model, cluster_name, reward),
                      "seed": seed, "step_time_ms": res.step_time_us / 1e3, "busiest_share": res.busiest_share,
-                     "search_seconds": seconds, "committed_step_time_ms": committed["step_time_ms"],
-                     "committed_busiest_share": committed["busiest_share"],
-                     "committed_search_seconds": committed["search_seconds"]})
+                     "search_seconds": seconds, "committed_step_time_ms": committed.get("step_time_ms"),
+                     "committed_busiest_share": committed.get("busiest_share"),
+                     "committed_search_seconds": committed.get("search_seconds")})
         pd.DataFrame(rows).to_csv(args.csv, index=False)
     table = pd.DataFrame(rows)
     keys = (["variant"] if args.variant else []) + ["case"]

@@ -158,3 +158,17 @@ def test_metis_parts_cover_every_group_once_there_are_more_groups_than_units():
 def test_an_unknown_locality_order_is_refused():
     with pytest.raises(ValueError, match="policy.locality_order must be one of breadth, depth, metis"):
         PolicyConfig(locality_order="random")
+
+
+def test_a_graph_priced_by_kind_only_is_not_cost_blind():
+    """The paper's regime graph has times per device kind only (a speed model, no measured time): the op
+    features and the units' compute shares read each op's mean over the kinds (`Op.time_us`), not zero."""
+    ops = [Op("a", "MatMul", compute_us_by_kind={"p100": 10.0, "v100": 30.0}, output_bytes=(8,)),
+           Op("b", "MatMul", compute_us_by_kind={"p100": 50.0, "v100": 70.0}, output_bytes=(8,)),
+           Op("c", "Add", 20.0, compute_us_by_kind={"p100": 1.0}, output_bytes=(8,)),  # measured time first
+           Op("d", "Const", output_bytes=(8,))]
+    g = OpGraph(ops, [Edge("a", "b", 0), Edge("b", "c", 0), Edge("d", "c", 0)])
+    assert [op.time_us for op in g.ops] == [20.0, 60.0, 20.0, 0.0]
+    feats = op_features(g, embedding_dim=0)
+    assert np.unique(feats.numeric[:, 0]).size == 3  # log compute: three distinct times, not one constant
+    assert UnitGraph(g, feats).compute_share.tolist() == pytest.approx([0.2, 0.6, 0.2, 0.0])

@@ -154,7 +154,7 @@ def op_features(graph: OpGraph, *, embedding_dim: int = 16, seed: int = 0,
     if path is not None and path.exists():
         with np.load(path) as f:
             return OpFeatures(f["type_ids"], f["numeric"])
-    times = np.array([op.compute_us or 0.0 for op in graph.ops])
+    times = np.array([op.time_us for op in graph.ops])
     outputs = np.array([sum(op.output_bytes) for op in graph.ops], dtype=np.float64)
     rank = np.empty(graph.n_ops)
     rank[graph.topological_order()] = np.arange(graph.n_ops)
@@ -172,5 +172,5 @@ def op_features(graph: OpGraph, *, embedding_dim: int = 16, seed: int = 0,
 
 def _cost_digest(graph: OpGraph) -> str:
     h = hashlib.sha256()
-    h.update(np.array([op.compute_us or 0.0 for op in graph.ops]).tobytes())
+    h.update(np.array([op.time_us for op in graph.ops]).tobytes())
     return h.hexdigest()[:16]

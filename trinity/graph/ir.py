@@ -55,6 +55,17 @@ class Op:
     #: Ops with the same group name must run on the same device; None = alone.
     colocation_group: str | None = None
 
+    @property
+    def time_us(self) -> float:
+        """One time for the op whatever device runs it, for what reads the graph without a cluster (op
+        features, the policy's groups): the measured time, else the mean over the device kinds costed (a
+        graph priced by a speed model only, as the paper's regime), else 0. The simulator prices each
+        device on its own (`trinity.costs.op_times`)."""
+        if self.compute_us is not None:
+            return self.compute_us
+        by_kind = self.compute_us_by_kind
+        return sum(by_kind.values()) / len(by_kind) if by_kind else 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class Edge:

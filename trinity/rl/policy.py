@@ -175,7 +175,7 @@ class UnitGraph:
         np.add.at(numeric, self.unit_of_op, features.numeric)
         self.numeric = torch.from_numpy(numeric / counts[:, None])
         self.op_count = torch.from_numpy(counts)
-        times = np.array([op.compute_us or 0.0 for op in graph.ops])
+        times = np.array([op.time_us for op in graph.ops])
         share = np.bincount(self.unit_of_op, weights=times, minlength=self.n_units)
         self.compute_share = torch.from_numpy((share / max(share.sum(), 1e-12)).astype(np.float32))
         # Op types as an EmbeddingBag input: ops sorted by unit, with offsets.

@@ -114,8 +114,8 @@ class Search:
         self.progress = progress
         _check_inputs(graph, cluster)
         torch.set_num_threads(cfg.threads)
-        ctx = AgentContext(seed=cfg.seed, feature_seed=cfg.seed, reward=cfg.reward, warm_start=bool(cfg.warm_start), features=features,
-                           feature_cache=feature_cache)
+        ctx = AgentContext(seed=cfg.seed, feature_seed=cfg.seed, reward=cfg.reward, warm_start=bool(cfg.warm_start),
+                           features=features, feature_cache=feature_cache)
         options = agent_options(cfg.method, cfg.agent)
 
         def make_agent(seed: int) -> Agent:  # every racer embeds the graph as the search's seed does
