@@ -104,7 +104,7 @@ class Cluster:
 
     def interchangeable(self) -> np.ndarray:
         """int64[D]: devices with one label can swap places without changing any strategy's cost: the same
-        kind, speed and memory, and links that look the same after the swap. (Swaps that keep the cluster
+        kind, speed, FLOP rate and memory, and links that look the same after the swap. (Swaps that keep the cluster
         compose into any permutation within a label, so the labels are classes.)"""
         n = self.n_devices
         label = np.full(n, -1, np.int64)
