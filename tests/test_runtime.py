@@ -481,3 +481,19 @@ def test_of_several_traced_steps_the_one_with_the_most_transfers_is_kept():
     nothing_crosses = Measurement("u")
     nothing_crosses.keep_trace(0, 0, [9, 0], [])
     assert (nothing_crosses.transfers, nothing_crosses.peak_memory_bytes, nothing_crosses.traces) == (0, [9, 0], 1)
+
+
+def test_workers_start_again_on_fresh_ports_when_a_picked_one_is_taken(monkeypatch):
+    """A port picked here can be taken by another process before the workers bind it (CI saw "Could not start
+    gRPC server"): the workers start again on fresh ports; a port the caller gave stays the caller's error."""
+    with socket.socket() as held:
+        held.bind(("localhost", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        picks = iter([taken, free_port()])
+        monkeypatch.setattr(workers_module, "free_port", lambda: next(picks))
+        with LocalWorkers(1) as workers:
+            assert workers.hosts != [f"localhost:{taken}"]
+            workers.check()
+        with pytest.raises(WorkerError, match=f"port {taken} is already taken"):
+            LocalWorkers(1, ports=[taken])

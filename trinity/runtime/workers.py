@@ -33,6 +33,7 @@ from trinity.fileio import read_yaml
 
 START_TIMEOUT_S = 60.0  # importing TensorFlow and opening the port takes ~5 s here
 STOP_GRACE_S = 5.0
+PORT_ATTEMPTS = 3  # starts on fresh ports after a port picked here was taken before the workers bound it
 
 
 class WorkerError(TrinityError):
@@ -108,19 +109,30 @@ class LocalWorkers(Workers):
         if pin and n * threads > len(cpus):  # pinned workers would share cores and time each other
             raise WorkerError(f"{n} workers x {threads} threads need {n * threads} cores, this process may use "
                               f"{len(cpus)}", field="workers")
-        ports = ports or [free_port() for _ in range(n)]
+        self.threads = threads
+        self.procs: list[subprocess.Popen] = []
+        # Ports picked here can be taken by another process between the pick and the workers' bind: then
+        # start again on fresh ones (given ports are the caller's, and a taken one is the caller's error).
+        for attempt in range(1 if ports else PORT_ATTEMPTS):
+            try:
+                self._start(ports or [free_port() for _ in range(n)], threads, cpus, pin, start_timeout_s)
+                return
+            except WorkerError as exc:
+                if ports or exc.field != "ports" or attempt == PORT_ATTEMPTS - 1:
+                    raise
+
+    def _start(self, ports: list[int], threads: int, cpus: list[int], pin: bool, start_timeout_s: float) -> None:
         for p in ports:
             if port_open("localhost", p, timeout=0.5):
                 raise WorkerError(f"port {p} is already taken on localhost; pick other ports", field="ports")
         self.hosts = [f"localhost:{p}" for p in ports]
-        self.threads = threads
-        self.procs: list[subprocess.Popen] = []
+        self.procs = []
         # BFC on the CPU too: its allocator counts bytes in use, so traces report each worker's peak
         # memory (the default CPU allocator reports 0 on some builds and CPUs), as a GPU's BFC does.
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
                "TF_CPU_ALLOCATOR_USE_BFC": "true"}
         try:
-            for task in range(n):
+            for task in range(len(ports)):
                 # Pinned to its own cores (round robin) so workers do not trade places mid-step.
                 pinned = ["--cpus", ",".join(str(cpus[(task * threads + k) % len(cpus)]) for k in range(threads))]
                 self.procs.append(subprocess.Popen(
