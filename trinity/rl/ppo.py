@@ -180,9 +180,11 @@ class TrinityAgent(TwoLevelAgent):
         self.optimizer = torch.optim.Adam(groups, lr=lr, foreach=True)
         self.baseline = EMABaseline(options.baseline_decay)
         self.elite: tuple[torch.Tensor, torch.Tensor, float] | None = None  #: self-imitation's target
-        classes = cluster.interchangeable() if options.relabel else np.arange(cluster.n_devices)
         #: the devices' classes for ``relabel``; None where it is off or no two devices are interchangeable
-        self.classes = classes if len(set(classes.tolist())) < len(classes) else None
+        self.classes: np.ndarray | None = None
+        if options.relabel:
+            classes = cluster.interchangeable()
+            self.classes = classes if len(np.unique(classes)) < len(classes) else None
         self.imitating = False  #: the self-imitation term is on (see TrinityOptions.self_imitation_agreement)
 
     def reward(self, result) -> float:

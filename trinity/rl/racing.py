@@ -6,10 +6,10 @@ seeds that gathered, whatever the rate, the batch or the budget (README, *Is the
 or the seeds?*). `RacingAgent` spends the coin's cost inside one search: ``racers`` agents, built from
 seeds ``seed``, ``seed + SEED_STRIDE``, ..., take turns for ``race_iterations`` iterations each; the one
 whose best sampled strategy has the highest reward then runs the rest of the budget alone, from where it
-stopped. Every racer keeps its own iteration count
-(its noise decays as in a search of its own), its own generator and its own state, so each racer's
-draws are exactly those of a search of its own seed, and the whole race resumes exactly from a
-checkpoint. The search loop sees one agent; the simulator calls, and so the wall time, are the budget's.
+stopped. Every racer keeps its own iteration count (its noise decays as in a search of its own), its own
+generator and its own state, so each racer's draws are exactly those of a search of its own seed, and the
+whole race resumes exactly from a checkpoint. The search loop sees one agent; the simulator calls, and so
+the wall time, are the budget's.
 """
 
 from __future__ import annotations

@@ -115,13 +115,14 @@ class LocalWorkers(Workers):
         # start again on fresh ones (given ports are the caller's, and a taken one is the caller's error).
         for attempt in range(1 if ports else PORT_ATTEMPTS):
             try:
-                self._start(ports or [free_port() for _ in range(n)], threads, cpus, pin, start_timeout_s)
+                self._start(ports or [free_port() for _ in range(n)], cpus, pin, start_timeout_s)
                 return
             except WorkerError as exc:
                 if ports or exc.field != "ports" or attempt == PORT_ATTEMPTS - 1:
                     raise
 
-    def _start(self, ports: list[int], threads: int, cpus: list[int], pin: bool, start_timeout_s: float) -> None:
+    def _start(self, ports: list[int], cpus: list[int], pin: bool, start_timeout_s: float) -> None:
+        threads = self.threads
         for p in ports:
             if port_open("localhost", p, timeout=0.5):
                 raise WorkerError(f"port {p} is already taken on localhost; pick other ports", field="ports")
