@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-fresh-variant search-fresh search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-regime-seeds search-dev bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ test-slurm: $(STAMP)  ## the SLURM path end to end on a SLURM started here (inst
 	$(PY) -m pytest -q --runslow tests/test_slurm.py
 
 # The pipeline (dvc.yaml): compose conf/ for $(EXPERIMENT) into its params.yaml, then `dvc repro` in
-# its folder under one MLflow parent run. EXPERIMENT=default (~100 min; the checkout root's params.yaml,
+# its folder under one MLflow parent run. EXPERIMENT=default (~110 min; the checkout root's params.yaml,
 # dvc.lock, results/, reports/), smoke (CI, minutes), paper (hours), or your own conf/experiment/<name>.yaml:
 # each of those in experiments/<name>/.
 EXPERIMENT ?= default
@@ -128,8 +128,15 @@ variety-graphs: $(STAMP)
 		--option d_ff=2048 --option seq_len=128 --option n_heads=8,--steps 3)
 	$(call exported,resnet_18x256,resnet_small --batch 128 --option blocks_per_stage=6 --option '$(RESNET_WIDTHS)',--steps 3)
 
-search-variety: variety-graphs  ## Trinity from scratch vs m-ETF and annealing on graphs of other families than its development graphs (~10 min)
+search-variety: variety-graphs  ## Trinity from scratch vs m-ETF and annealing on graphs of other families than its development graphs (~28 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety.csv $(VARIETY_GRAPHS)
+
+# The budget every table before 300 iterations and two racers ran at (100 iterations, one search), for the
+# search_default_cases.py loop (BUDGET_100) and for search_variety.py (BUDGET_100_ARGS)
+BUDGET_100 = {"iterations": 100, "racers": 1}
+BUDGET_100_ARGS = --iterations 100 --search '{"racers": 1}'
+search-variety-budget100: variety-graphs  ## the same at the default's previous budget: 100 iterations, one search (~10 min)
+	$(PY) benchmarks/search_variety.py --csv reports/search_variety_budget100.csv $(BUDGET_100_ARGS) $(VARIETY_GRAPHS)
 
 # Earlier defaults, spelled out so each means the same whatever the defaults are (the README's held-out
 # comparison): groups that start as stretches of levels (128 of them, prior 1), the default until METIS parts; on
@@ -140,37 +147,45 @@ STRETCHES_AGENT = {$(STRETCHES)}}
 PREVIOUS_AGENT = {"self_imitation_gate": "elite", "explore": 0, $(STRETCHES), "unit_logits": false, "group_logits": false}}
 search-variety-stretches: variety-graphs  ## the same with the default until METIS groups: stretches of levels (~13 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_stretches.csv --agent '$(STRETCHES_AGENT)' \
-		$(VARIETY_GRAPHS)
+		$(BUDGET_100_ARGS) $(VARIETY_GRAPHS)
 
 search-variety-previous: variety-graphs  ## the same with the default before the free tables and exploration (~13 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_previous.csv --agent '$(PREVIOUS_AGENT)' \
-		$(VARIETY_GRAPHS)
+		$(BUDGET_100_ARGS) $(VARIETY_GRAPHS)
 
 search-variety-mode: variety-graphs  ## that default with self-imitation gated on the policy's own likeliest devices (~13 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_mode.csv \
 		--agent '{"self_imitation_gate": "mode", "explore": 0, $(STRETCHES), "unit_logits": false, "group_logits": false}}' \
-		$(VARIETY_GRAPHS)
+		$(BUDGET_100_ARGS) $(VARIETY_GRAPHS)
 
 # One variant (VARIANT, merged over Trinity's options; SEARCH, the loop's settings) on the graphs of other families,
 # or on the fresh ones: reports/search_{variety,fresh}_NAME*.csv. Committed: NAME=groups32 VARIANT='{"num_groups": 32}',
 # groups128 (variety), table_lr0.05 VARIANT='{"table_lr": 0.05}' (both): the knobs of `make search-default-knobs`;
-# NAME=racers2 SEARCH='{"racers": 2}' (both): `make search-default-racing`'s race; NAME=relabel VARIANT='{"relabel": true}' (both)
+# NAME=racers2 SEARCH='{"racers": 2}' (both): `make search-default-racing`'s race; NAME=relabel VARIANT='{"relabel": true}' (both).
+# Those ran at the previous budget: ITERATIONS=100 and SEARCH's racers 1 where it names none (e.g.
+# NAME=groups32 ITERATIONS=100 SEARCH='{"racers": 1}' VARIANT=...). Today's default: ITERATIONS=300, 2 racers.
 VARIANT ?= {}
 SEARCH ?= {}
-search-variety-variant: variety-graphs  ## Trinity with VARIANT's options on the graphs of other families (~10 min)
+ITERATIONS ?= 300
+search-variety-variant: variety-graphs  ## Trinity with VARIANT's options on the graphs of other families (~28 min)
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_$(NAME).csv --agent '$(VARIANT)' --search '$(SEARCH)' \
-		$(VARIETY_GRAPHS)
+		--iterations $(ITERATIONS) $(VARIETY_GRAPHS)
 
-search-fresh-variant: $(STAMP)  ## the same on the fresh synthetic graphs (~8 min)
-	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh_$(NAME).csv --agent '$(VARIANT)' --search '$(SEARCH)'
+search-fresh-variant: $(STAMP)  ## the same on the fresh synthetic graphs (~20 min)
+	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh_$(NAME).csv --agent '$(VARIANT)' --search '$(SEARCH)' \
+		--iterations $(ITERATIONS)
 
 # Held out from the choice of METIS groups: synthetic graphs of sizes and seeds no table had used (training graphs of
 # 3,200 and 5,000 ops, a layered DAG of 4,000), with today's default and with stretches of levels
-search-fresh: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on fresh synthetic graphs (~8 min)
+search-fresh: $(STAMP)  ## Trinity from scratch vs m-ETF and annealing on fresh synthetic graphs (~20 min)
 	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh.csv
 
+search-fresh-budget100: $(STAMP)  ## the same at the default's previous budget: 100 iterations, one search (~8 min)
+	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh_budget100.csv $(BUDGET_100_ARGS)
+
 search-fresh-stretches: $(STAMP)  ## the same with the default until METIS groups: stretches of levels (~10 min)
-	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh_stretches.csv --agent '$(STRETCHES_AGENT)'
+	$(PY) benchmarks/search_variety.py --fresh --csv reports/search_fresh_stretches.csv --agent '$(STRETCHES_AGENT)' \
+		$(BUDGET_100_ARGS)
 
 # A Trinity variant (AGENT, merged over its options) on the default experiment's own cases, beside the committed
 # runs (needs `make repro`'s data/ and results/; with no AGENT it reproduces them)
@@ -180,24 +195,35 @@ search-default-cases: params  ## Trinity from scratch with AGENT's options on th
 	$(PY) benchmarks/search_default_cases.py --agent '$(AGENT)' --csv $(CSV)
 
 search-default-cases-stretches: params  ## the same with the default until METIS groups: stretches of levels (~4 min)
-	$(PY) benchmarks/search_default_cases.py --agent '$(STRETCHES_AGENT)' --csv reports/search_default_cases_stretches.csv
+	$(PY) benchmarks/search_default_cases.py --agent '$(STRETCHES_AGENT)' --csv reports/search_default_cases_stretches.csv \
+	  --loop '$(BUDGET_100)'
 
 # One knob at a time on the default cases (the regime's seeds split between two basins: is any knob's effect
 # larger than the seeds'?)
 search-default-knobs: params  ## Trinity from scratch, one knob changed at a time, on the default experiment's cases (~25 min)
-	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_knobs.csv \
+	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_knobs.csv --loop '$(BUDGET_100)' \
 	  --variant 'default={}' --variant 'budget x2={"iterations": 200}' --variant 'lr 0.03={"lr": 0.03}' \
 	  --variant 'table_lr 0.03={"table_lr": 0.03}' --variant 'table_lr 0.05={"table_lr": 0.05}' \
 	  --variant '32 groups={"num_groups": 32}' --variant '128 groups={"num_groups": 128}'
 
 # Two seeds racing inside one search (trinity/rl/racing.py), the budget shared: does it spend the regime's coin?
 search-default-racing: params  ## Trinity from scratch with 2 racers, on the default experiment's cases (~4 min)
-	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_racing.csv \
+	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_racing.csv --loop '$(BUDGET_100)' \
 	  --variant 'racers 2={"racers": 2}' --variant 'racers 2 share 0.66={"racers": 2, "race_share": 0.66}'
 
+# Today's budget against the previous one on the default cases: 300 iterations as one search, and as two racers
+# (the default); the committed columns are the pipeline's runs
+search-default-budget: params  ## Trinity from scratch at 300 iterations, one search and two racers, on the default cases (~14 min)
+	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_budget.csv \
+	  --variant '300, one search={"iterations": 300, "racers": 1}' --variant '300, two racers={"iterations": 300, "racers": 2}'
+
 # The regime's coin on 20 seeds (its 5-seed mean has a standard error of ~15 ms): how often a seed settles slow
-search-regime-seeds: params  ## Trinity from scratch in the paper's regime, seeds 0-19 (~3 min)
+search-regime-seeds: params  ## Trinity from scratch in the paper's regime, seeds 0-19 (~8 min)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_regime_seeds20.csv --only regime --seeds 20
+
+search-regime-seeds-budget100: params  ## the same at the previous budget: 100 iterations, one search (~3 min)
+	$(PY) benchmarks/search_default_cases.py --csv reports/search_regime_seeds20_budget100.csv --only regime --seeds 20 \
+	  --loop '$(BUDGET_100)'
 
 search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
 	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv
@@ -208,7 +234,7 @@ search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and t
 search-variety-explore: variety-graphs  ## the same with TABLE_LR and EXPLORE (both required) (~13 min)
 	$(if $(and $(TABLE_LR),$(EXPLORE)),,$(error set TABLE_LR and EXPLORE, e.g. make search-variety-explore TABLE_LR=0.3 EXPLORE=3))
 	$(PY) benchmarks/search_variety.py --csv reports/search_variety_explore_lr$(TABLE_LR)_x$(EXPLORE).csv \
-		--agent '{"table_lr": $(TABLE_LR), "explore": $(EXPLORE), $(STRETCHES)}}' $(VARIETY_GRAPHS)
+		--agent '{"table_lr": $(TABLE_LR), "explore": $(EXPLORE), $(STRETCHES)}}' $(BUDGET_100_ARGS) $(VARIETY_GRAPHS)
 
 learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot policy on the project's synthetic graphs (~10 min)
 	$(PY) benchmarks/learned_list_train.py --out trinity/rl/pretrained/learned-list.pt

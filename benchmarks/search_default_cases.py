@@ -5,8 +5,9 @@ and the paper's regime (its model, cluster and reward tolerances), and runs Trin
 `search` and `search_regime` stages do (the pipeline's profiled graph and embed-stage features, the same
 budget), with ``--agent`` merged over the method's own options, outside DVC: nothing of `results/` is
 touched. Writes one row per case and seed with the variant's best step time, its busiest device's share of
-compute and its search seconds, beside the committed run's (`results/**/<cluster>-trinity-s<seed>.metrics.json`),
-and prints the means. With no ``--agent`` it reproduces the committed runs to the last digit (a check that
+compute, its reward (the objective the search maximised), peak memory and search seconds, beside the
+committed run's (`results/**/<cluster>-trinity-s<seed>.metrics.json`), and prints the means. ``--loop``
+sets the loop under every variant (e.g. the budget an older table ran at). With no ``--agent`` it reproduces the committed runs to the last digit (a check that
 it runs what the pipeline runs). E.g. `make search-default-cases AGENT='{"num_groups": 64, ...}'`.
 With ``--variant LABEL=JSON`` (repeated) it runs several variants in turn, rows labelled
 (`make search-default-knobs`: one knob at a time, 5 seeds, to tell a setting's effect from the seeds').
@@ -74,6 +75,9 @@ def main() -> None:
     parser.add_argument("--variant", type=variant, action="append", metavar="LABEL=JSON",
                         help="instead of --agent/--iterations, one of several variants run in turn (rows labelled), "
                              "e.g. 'budget x2={\"iterations\": 200}'")
+    parser.add_argument("--loop", type=json.loads, default={}, metavar="JSON",
+                        help="the loop's settings under every variant's, e.g. the budget a committed table ran at: "
+                             "'{\"iterations\": 100, \"racers\": 1}'")
     parser.add_argument("--seeds", type=int, help="seeds 0 to SEEDS - 1 (default: the experiment's); the committed "
                         "columns are empty for seeds the experiment did not run")
     parser.add_argument("--only", default="", help="run the cases whose name contains this, e.g. 'regime'")
@@ -98,7 +102,7 @@ def main() -> None:
         agent = OmegaConf.to_container(OmegaConf.merge(search["agent"], options))  # nested keys merged
         if agent.get("num_groups"):  # capped at the graph's placement units, as the default is (layered12: 12)
             agent["num_groups"] = min(agent["num_groups"], int(graph.arrays.n_groups))
-        loop = {**{k: search[k] for k in LOOP_KEYS if k in search}, **loop}
+        loop = {**{k: search[k] for k in LOOP_KEYS if k in search}, **args.loop, **loop}
         cfg = SearchConfig(method="trinity", batch=search["batch"], seed=seed, checkpoint_every=10**9,
                            reward=MDPEConfig(**{**params["reward"], **reward}), agent=agent, **loop)
         with tempfile.TemporaryDirectory() as tmp:
@@ -111,6 +115,7 @@ def main() -> None:
         committed = json.loads(committed_file.read_text()) if committed_file.exists() else {}
         rows.append({**({"variant": label} if args.variant else {}), "case": name(model, cluster_name, reward),
                      "seed": seed, "step_time_ms": res.step_time_us / 1e3, "busiest_share": res.busiest_share,
+                     "reward": best.reward, "peak_memory_GB": res.max_memory_bytes / 1e9,
                      "search_seconds": seconds, "committed_step_time_ms": committed.get("step_time_ms"),
                      "committed_busiest_share": committed.get("busiest_share"),
                      "committed_search_seconds": committed.get("search_seconds")})
@@ -119,6 +124,7 @@ def main() -> None:
     keys = (["variant"] if args.variant else []) + ["case"]
     summary = table.groupby(keys, sort=False).agg(
         step_ms=("step_time_ms", "mean"), sd=("step_time_ms", "std"), busiest=("busiest_share", "mean"),
+        reward=("reward", "mean"),
         seconds=("search_seconds", "mean"), committed_ms=("committed_step_time_ms", "mean"),
         committed_sd=("committed_step_time_ms", "std"), committed_busiest=("committed_busiest_share", "mean"),
         committed_seconds=("committed_search_seconds", "mean"))

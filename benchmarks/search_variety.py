@@ -7,8 +7,9 @@ held out in the strict sense: the README says so.)
 Synthetic training graphs (trinity.graph.synthetic.training_graph: convolution-and-gradient shaped,
 measured-cost-like, seeds and sizes not used while choosing Trinity's settings) and synthetic layered
 DAGs, plus any graph files given, on 2 and 4 P100s. Per case: every placer, Trinity from scratch at the
-default experiment's budget (100 iterations x 64) over 2 seeds, and calibrated simulated annealing from
-one device (round-robin where one device cannot hold the graph) read at Trinity's own wall time.
+default experiment's budget (300 iterations x 64, two racers: ``DEFAULT_SEARCH``) over 2 seeds, and
+calibrated simulated annealing from one device (round-robin where one device cannot hold the graph) read
+at Trinity's own wall time.
 ``--agent`` sets Trinity's options (a variant of the defaults). Writes one row per run (``--csv``),
 prints Trinity's and annealing's step time against m-ETF's and the best placer's, with the busiest
 device's share of compute.
@@ -40,6 +41,8 @@ from trinity.rl.search import Search, SearchConfig  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
 
 PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
+#: the default experiment's loop settings for Trinity from scratch (conf/experiment/default.yaml), under ``--search``
+DEFAULT_SEARCH = {"racers": 2}
 
 
 def graphs(files: list[str], fresh: bool = False):
@@ -66,7 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("graphs", nargs="*")
     parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--batch", type=int, default=TRINITY_SCRATCH_BATCH, help="strategies per iteration")
     parser.add_argument("--csv", default="reports/search_variety.csv")
     parser.add_argument("--fresh", action="store_true",
@@ -74,7 +77,8 @@ def main() -> None:
     parser.add_argument("--agent", type=json_object, default={}, metavar="JSON",
                         help="Trinity's options for these runs (the agent: block), e.g. '{\"self_imitation\": 10}'")
     parser.add_argument("--search", type=json_object, default={}, metavar="JSON",
-                        help="the search loop's settings for these runs (SearchConfig), e.g. '{\"racers\": 2}'")
+                        help="the search loop's settings for these runs (SearchConfig) over DEFAULT_SEARCH's, "
+                             "e.g. '{\"racers\": 1}'")
     args = parser.parse_args()
     rows = []
     for graph in graphs(args.graphs, args.fresh):
@@ -92,7 +96,7 @@ def main() -> None:
             for seed in progress(range(args.seeds), desc=case):
                 with tempfile.TemporaryDirectory() as tmp:
                     cfg = SearchConfig(iterations=args.iterations, batch=args.batch, seed=seed, checkpoint_every=10**9,
-                                       agent=args.agent, **args.search)
+                                       agent=args.agent, **{**DEFAULT_SEARCH, **args.search})
                     s = Search(graph, cluster, cfg, tmp, progress=False, feature_cache="data/.features")
                     t0 = time.perf_counter()
                     best = s.run()
