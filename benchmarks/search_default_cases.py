@@ -7,10 +7,11 @@ budget), with ``--agent`` merged over the method's own options, outside DVC: not
 touched. Writes one row per case and seed with the variant's best step time, its busiest device's share of
 compute, its reward (the objective the search maximised), peak memory and search seconds, beside the
 committed run's (`results/**/<cluster>-trinity-s<seed>.metrics.json`), and prints the means. ``--loop``
-sets the loop under every variant (e.g. the budget an older table ran at). With no ``--agent`` it reproduces the committed runs to the last digit (a check that
-it runs what the pipeline runs). E.g. `make search-default-cases AGENT='{"num_groups": 64, ...}'`.
-With ``--variant LABEL=JSON`` (repeated) it runs several variants in turn, rows labelled
-(`make search-default-knobs`: one knob at a time, 5 seeds, to tell a setting's effect from the seeds').
+sets the loop under every variant (e.g. the budget an older table ran at). With no ``--agent`` it
+reproduces the committed runs to the last digit (a check that it runs what the pipeline runs). E.g.
+`make search-default-cases AGENT='{"num_groups": 64, ...}'`. With ``--variant LABEL=JSON`` (repeated) it
+runs several variants in turn, rows labelled (`make search-default-knobs`: one knob at a time, 5 seeds, to
+tell a setting's effect from the seeds').
 """
 
 from __future__ import annotations
