@@ -30,7 +30,8 @@ The MILP of a segment: x[g, d] (colocation unit g on device d), start times, the
 precedence s_v >= s_u + t_u, and for a data edge and devices d != e, s_v >= s_u + t_u + c(d, e) *
 (x[u, d] + x[v, e] - 1) (the transfer delay, linearised); ops of positive duration that no path orders
 are ordered by a binary per pair when they share a device (big-M); each device's compute load and each
-sender's transfer load (a tensor sent once per consuming device) at most M; M at most one device's
+sender's transfer load (a tensor sent once per consuming device; over k ``link_streams``, 1/k of it)
+at most M; M at most one device's
 serial time (a feasible placement, so no optimum is cut off). On interchangeable devices the first
 colocation unit sits on device 0, the second on device 0 or 1, and so on (relabelling devices changes nothing).
 """
@@ -280,7 +281,8 @@ def segment_milp(graph: OpGraph, cluster: Cluster, times: np.ndarray, ops: list[
         row([(M, 1.0)] + [(xv(k, d), -t[k, d]) for k in range(n)] + [(y, -share * c) for y, c in sent_terms[d]],
             0.0)
         if share < 1.0 and sent_terms[d]:
-            row([(M, 1.0)] + [(y, -(1.0 - share) * c) for y, c in sent_terms[d]], 0.0)
+            # k streams per sender carry its transfers k at a time: the link's load is 1/k of their sum
+            row([(M, 1.0)] + [(y, -(1.0 - share) * c / cluster.link_streams) for y, c in sent_terms[d]], 0.0)
     for p, (i, j) in enumerate(pairs):  # same device: one before the other
         o = O + p
         for d in range(n_dev):

@@ -29,6 +29,12 @@ to 1 / (1 + c (k - 1)) of its speed (they share caches and memory
 bandwidth), and ``step_sync_us`` s adds s (m - 1) to the step of a
 placement that uses m devices (the master's step protocol with each extra
 worker).
+
+``link_streams`` k (default 1: one transfer at a time) is how many transfers
+each sender has on its links at once, as a TensorFlow worker serves several
+``RecvTensor`` calls concurrently: each transfer still takes its full
+latency + bytes / bandwidth, but up to k of them overlap (see `trinity.sim`).
+Only a calibrated cluster should set it.
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ class Cluster:
     send_cpu_share: float = 0.0  # fraction of a transfer's time the sender's processor spends on it
     corun_slowdown: float = 0.0  # c: with k processors busy each runs at 1 / (1 + c (k - 1)) of its speed
     step_sync_us: float = 0.0  # s: a step over m devices takes s (m - 1) longer
+    link_streams: int = 1  # k: transfers each sender carries at once (1: one at a time, FIFO)
 
     @property
     def n_devices(self) -> int:
@@ -100,7 +107,7 @@ class Cluster:
         return Cluster(name=self.name, devices=tuple(self.devices[i] for i in idx),
                        bandwidth=self.bandwidth[np.ix_(idx, idx)], latency=self.latency[np.ix_(idx, idx)],
                        send_cpu_share=self.send_cpu_share, corun_slowdown=self.corun_slowdown,
-                       step_sync_us=self.step_sync_us)
+                       step_sync_us=self.step_sync_us, link_streams=self.link_streams)
 
     def interchangeable(self) -> np.ndarray:
         """int64[D]: devices with one label can swap places without changing any strategy's cost: the same
@@ -139,6 +146,7 @@ class Cluster:
             **({"send_cpu_share": self.send_cpu_share} if self.send_cpu_share else {}),
             **({"corun_slowdown": self.corun_slowdown} if self.corun_slowdown else {}),
             **({"step_sync_us": self.step_sync_us} if self.step_sync_us else {}),
+            **({"link_streams": self.link_streams} if self.link_streams != 1 else {}),
             "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
                          **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {}),
                          **({"node": d.node} if d.node else {})} for d in self.devices],
@@ -274,7 +282,20 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
     corun, sync = (_number(doc, key, "cluster", source, positive=False, default=0.0)
                    if doc.get(key) is not None else 0.0 for key in ("corun_slowdown", "step_sync_us"))
     return Cluster(name=str(doc.get("name") or Path(source).stem), devices=tuple(devices), bandwidth=bw, latency=lat,
-                   send_cpu_share=share, corun_slowdown=corun, step_sync_us=sync)
+                   send_cpu_share=share, corun_slowdown=corun, step_sync_us=sync,
+                   link_streams=_link_streams(1 if doc.get("link_streams") is None else doc["link_streams"], source))
+
+
+#: More streams than this per sender is a corrupt file, not a measurement (the simulator keeps a slot each).
+MAX_LINK_STREAMS = 1024
+
+
+def _link_streams(v: Any, source: str) -> int:
+    """A whole number of concurrent transfers per sender, 1 (today's FIFO) unless a calibration set it."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_LINK_STREAMS:
+        raise ClusterError(f"must be a whole number from 1 to {MAX_LINK_STREAMS}, got {short_repr(v)}",
+                           source=source, field="link_streams")
+    return int(v)
 
 
 def preset_names() -> list[str]:

@@ -10,7 +10,9 @@ and `fast.py` the compiled one the search uses):
 * When an op ends, each of its output tensors that some op on another device
   reads is queued once per consuming device (a tensor goes once to each
   consuming device) on the producer device's outgoing FIFO. Each device
-  sends one tensor at a time, overlapping its compute; a transfer of b bytes
+  sends one tensor at a time (or up to a cluster's ``link_streams`` k at
+  once, each taking its full time: the runtime serves several ``RecvTensor``
+  calls concurrently), overlapping its compute; a transfer of b bytes
   from s to d takes ``latency[s, d] + b / bandwidth[s, d]`` microseconds.
   With a cluster ``send_cpu_share`` f > 0 (CPU workers, whose processors also
   move the data), a tensor is first queued on the sender's run queue like an

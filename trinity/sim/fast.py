@@ -5,8 +5,8 @@
 event does not depend on the number of devices, so 1,024-device clusters
 cost about what 4 do:
 
-* pending completions (one op and one transfer per device at most) sit in a
-  binary heap ordered by (time, order started);
+* pending completions (one op and ``link_streams`` transfers per device at
+  most) sit in a binary heap ordered by (time, order started);
 * only devices whose state changed since the last dispatch are visited, in
   device order (the order they start work in breaks later ties);
 * a tensor's copies are found through its out-edges (one transfer per
@@ -59,6 +59,7 @@ class Simulator:
             a.in_ptr, a.src[a.in_edges], a.edge_tensor[a.in_edges], out_position[a.in_edges],
             np.ascontiguousarray(cluster.bandwidth), np.ascontiguousarray(cluster.latency),
             float(cluster.send_cpu_share), float(cluster.corun_slowdown), float(cluster.step_sync_us),
+            int(cluster.link_streams),
         )
         self._memory = cluster.memory.astype(np.float64)
 
@@ -123,7 +124,7 @@ def _sort_members(members):
 @numba.njit(cache=True, error_model="numpy", nogil=True)  # nogil: a batch simulates on several threads
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
               temporary, indegree, out_ptr, out_dst, out_tensor, by_tensor, in_ptr, in_src, in_tensor, in_position, bandwidth,
-              latency, cpu_share, corun, sync_us):
+              latency, cpu_share, corun, sync_us, streams):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
@@ -186,15 +187,17 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     out_tail = np.full(n_dev, -1, np.int64)
     n_x = 0
 
-    # Completion slots: slot d = op running on device d, slot n_dev + d = transfer sent by d.
+    # Completion slots: slot d = op running on device d, slots n_dev + d * streams + j (j < streams) =
+    # transfers sent by d (one slot each: with streams = 1, slot n_dev + d, one transfer at a time).
     # Busy slots sit in a heap by (completion time, order started); on a few devices a scan of the
     # slots is cheaper than keeping the heap (the same choice either way).
     use_heap = n_dev > HEAP_FROM_DEVICES
-    slot_time = np.full(2 * n_dev, np.inf)
+    n_slots = n_dev * (1 + streams)
+    slot_time = np.full(n_slots, np.inf)
     idle = np.iinfo(np.int64).max
-    slot_seq = np.full(2 * n_dev, idle, np.int64)  # order started; idle slots: never chosen
-    slot_item = np.full(2 * n_dev, -1, np.int64)
-    heap = np.empty(2 * n_dev, np.int64)
+    slot_seq = np.full(n_slots, idle, np.int64)  # order started; idle slots: never chosen
+    slot_item = np.full(n_slots, -1, np.int64)
+    heap = np.empty(n_slots, np.int64)
     n_heap = 0
     seq = 0
 
@@ -227,7 +230,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     grown = np.zeros(n_dev + 1, np.int64)
     now = 0.0
     while True:
-        # Dispatch: idle devices start their oldest ready op, idle senders their oldest transfer.
+        # Dispatch: idle devices start their oldest ready op, senders their oldest transfers (one per free stream).
         _sort_members(compute)
         for i in range(1, compute[0] + 1):
             d = compute[i]
@@ -263,24 +266,26 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
         for i in range(1, send[0] + 1):
             d = send[i]
             send_flag[d] = False
-            s = n_dev + d
-            if slot_item[s] < 0 and out_head[d] >= 0:
-                x = out_head[d]
-                out_head[d] = x_next[x]
-                if out_head[d] < 0:
-                    out_tail[d] = -1
-                nbytes = tensor_bytes[x_tensor[x]]
-                x_end[x] = now + (1.0 - cpu_share) * (latency[d, x_dst[x]] + nbytes / bandwidth[d, x_dst[x]])
-                if cpu_share == 0.0:
-                    x_start[x] = now
-                    live[x_dst[x]] += nbytes
-                    _mark(grown_flag, grown, x_dst[x])
-                slot_item[s] = x
-                slot_time[s] = x_end[x]
-                slot_seq[s] = seq
-                seq += 1
-                if use_heap:
-                    n_heap = heap_push(heap, n_heap, slot_time, slot_seq, s)
+            for j in range(streams):
+                s = n_dev + d * streams + j
+                if slot_item[s] < 0 and out_head[d] >= 0:
+                    x = out_head[d]
+                    out_head[d] = x_next[x]
+                    if out_head[d] < 0:
+                        out_tail[d] = -1
+                    nbytes = tensor_bytes[x_tensor[x]]
+                    dx = x_dst[x]
+                    x_end[x] = now + (1.0 - cpu_share) * (latency[d, dx] + nbytes / bandwidth[d, dx])
+                    if cpu_share == 0.0:
+                        x_start[x] = now
+                        live[x_dst[x]] += nbytes
+                        _mark(grown_flag, grown, x_dst[x])
+                    slot_item[s] = x
+                    slot_time[s] = x_end[x]
+                    slot_seq[s] = seq
+                    seq += 1
+                    if use_heap:
+                        n_heap = heap_push(heap, n_heap, slot_time, slot_seq, s)
         send[0] = 0
         if corun > 0.0:  # the number of busy processors changed: every running item's end moves
             new_stretch = 1.0 + corun * (max(n_busy, 1) - 1)
@@ -291,7 +296,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                         slot_time[d] = now + left[d] * stretch
                 if use_heap:
                     n_heap = 0
-                    for s in range(2 * n_dev):
+                    for s in range(n_slots):
                         if slot_item[s] >= 0:
                             n_heap = heap_push(heap, n_heap, slot_time, slot_seq, s)
 
@@ -305,7 +310,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
             best = -1
             best_time = np.inf
             best_seq = idle
-            for s in range(2 * n_dev):  # idle slots hold time inf
+            for s in range(n_slots):  # idle slots hold time inf
                 t_s = slot_time[s]
                 if t_s < best_time or (t_s == best_time and slot_seq[s] < best_seq):
                     best = s

@@ -33,7 +33,8 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
     ready = [deque() for _ in range(n_dev)]  # per-device FIFO of runnable ops
     outbox = [deque() for _ in range(n_dev)]  # per-device FIFO of tensors to send
     computing = [False] * n_dev
-    sending = [False] * n_dev
+    sending = [0] * n_dev  # transfers each sender has on its links (at most the cluster's link_streams)
+    streams = cluster.link_streams
     transfers: dict[tuple[int, int, int], dict] = {}  # (producer, output, destination) -> transfer
     start, end = [0.0] * graph.n_ops, [0.0] * graph.n_ops
     events: list = []  # (time, sequence, version, kind, payload)
@@ -81,9 +82,9 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
                 start[v] = now
                 run_on(d, duration[v], "op", v)
         for d in range(n_dev):
-            if not sending[d] and outbox[d]:
+            while sending[d] < streams and outbox[d]:
                 x = outbox[d].popleft()
-                sending[d] = True
+                sending[d] += 1
                 if share == 0:
                     x["start"] = now
                 x["end"] = now + (1 - share) * cluster.transfer_us(d, x["dst"], x["bytes"])
@@ -129,7 +130,7 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
             outbox[payload["src"]].append(payload)
         else:
             x = payload
-            sending[x["src"]] = False
+            sending[x["src"]] -= 1
             for v, k in out_edges[x["producer"]]:
                 if k == x["output"] and dev[v] == x["dst"]:
                     one_input_arrived(v)

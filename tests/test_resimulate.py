@@ -1,0 +1,80 @@
+"""Simulating a finished validation again from its folder, on a hand-built one."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trinity.cluster import cluster_from_dict
+from trinity.errors import TrinityError
+from trinity.fileio import write_yaml
+from trinity.graph import save_graph
+from trinity.graph.ir import Edge, Op, OpGraph
+from trinity.placement import Strategy
+from trinity.runtime.resimulate import compare, main, parts
+
+from conftest import make_cluster
+
+# a (10 us) on d0 sends 2000 B (4 us) to b (5 us) and 1000 B (3 us) to c (1 us)
+GRAPH = OpGraph([Op("a", "A", 10.0, output_bytes=(2000, 1000)), Op("b", "B", 5.0), Op("c", "C", 1.0)],
+                [Edge("a", "b", 0), Edge("a", "c", 1)])
+# simulated us with one stream / two: both ends [0, 1, 1] 20 / 19, [0, 1, 0] 19 / 19, [0, 0, 1] 15 / 15
+STRATEGIES = {"both": [0, 1, 1], "b-only": [0, 1, 0], "c-only": [0, 0, 1], "single": [0, 0, 0]}
+REAL_MS = {"both": 0.019, "b-only": 0.019, "c-only": 0.015, "single": 0.016}
+
+
+def validation_folder(root, cluster):
+    """One run at batch 4: results.csv (simulated at twice the measured time: stale on purpose), strategies,
+    calibration."""
+    (root / "calibration").mkdir(parents=True)
+    write_yaml(root / "calibration" / "cluster.yaml", cluster.to_dict())
+    save_graph(GRAPH, root / "calibration" / "graph.json.gz")
+    for name, p in STRATEGIES.items():
+        Strategy.from_array(GRAPH, cluster, np.array(p)).save(root / "strategies" / f"{name}.json")
+    pd.DataFrame([{"batch": 4, "run": 1, "strategy": name, "calibration_set": False, "sim_step_ms": 2 * REAL_MS[name],
+                   "sim_comm_MB": 0.0, "real_step_ms": REAL_MS[name],
+                   "real_crossed_MB": 0.0 if name == "single" else 1.0,
+                   "step_error": 1.0, "comm_error": 0.0, "overridden": 0} for name in STRATEGIES]
+                 ).to_csv(root / "results.csv", index=False)
+
+
+def test_compare_recomputes_the_simulated_step_times(tmp_path):
+    validation_folder(tmp_path, make_cluster(2))
+    row = compare(tmp_path, link_streams=2).iloc[0]
+    assert (row["run"], row["batch"], row["held_out_split"]) == (1, 4, 3)
+    assert row["committed_step_error_median"] == 1.0 and row["committed_rank_correlation"] == pytest.approx(1.0)
+    # one stream: errors 1/19, 0, 0; two streams: all 0 and the order exactly the workers'
+    assert row["now_step_error_median"] == 0.0
+    assert row["now_step_error_p90"] == pytest.approx(0.8 / 19)  # pandas' linear quantile of (0, 0, 1/19)
+    assert row["now_rank_correlation"] == pytest.approx(np.sqrt(3) / 2)  # ranks (3, 2, 1) against (2.5, 2.5, 1)
+    assert row["streams2_step_error_median"] == 0.0 and row["streams2_step_error_p90"] == 0.0
+    assert row["streams2_rank_correlation"] == pytest.approx(1.0)
+
+
+def test_runs_and_batches_are_found_and_bad_input_refused(tmp_path, capsys):
+    cluster = make_cluster(2)
+    validation_folder(tmp_path, cluster)
+    (tmp_path / "run2").mkdir()
+    validation_folder(tmp_path / "run2", cluster)
+    found = [(run, batch, part.relative_to(tmp_path).as_posix()) for run, batch, part, _ in parts(tmp_path)]
+    assert found == [(1, None, "."), (2, None, "run2")]
+    with pytest.raises(TrinityError, match="link_streams"):
+        compare(tmp_path, link_streams=0)
+    with pytest.raises(TrinityError, match="results.csv"):
+        parts(tmp_path / "calibration")
+    main([str(tmp_path)])
+    assert "now_step_error_median" in capsys.readouterr().out
+
+
+def test_a_strategy_made_for_another_graph_is_refused(tmp_path):
+    validation_folder(tmp_path, make_cluster(2))
+    other = OpGraph([Op("a", "A", 1.0), Op("b", "B", 1.0), Op("c", "C", 1.0)], [])
+    Strategy.from_array(other, make_cluster(2), np.array([0, 1, 1])).save(tmp_path / "strategies" / "both.json")
+    with pytest.raises(TrinityError, match="graph_digest"):
+        compare(tmp_path)
+
+
+def test_cluster_file_terms_are_kept(tmp_path):
+    shared = cluster_from_dict({**make_cluster(2).to_dict(), "step_sync_us": 1000.0})
+    validation_folder(tmp_path, shared)
+    row = compare(tmp_path).iloc[0]  # 1 ms more on each: errors 1.020/0.019, 1.019/0.019, 1.015/0.015 - 1
+    assert row["now_step_error_median"] == pytest.approx(1.020 / 0.019 - 1)
