@@ -78,3 +78,48 @@ def test_cluster_file_terms_are_kept(tmp_path):
     validation_folder(tmp_path, shared)
     row = compare(tmp_path).iloc[0]  # 1 ms more on each: errors 1.020/0.019, 1.019/0.019, 1.015/0.015 - 1
     assert row["now_step_error_median"] == pytest.approx(1.020 / 0.019 - 1)
+
+
+def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp_path):
+    """Fit placers' and held-out strategies' times made by a known model (latency x0.5, 4 streams): the
+    rule that tries streams finds it again and judges the held-out ones exactly; one stream cannot."""
+    import dataclasses
+
+    from trinity.fileio import write_json
+    from trinity.graph.synthetic import random_dag
+    from trinity.placers import place
+    from trinity.runtime.resimulate import refit
+    from trinity.sim import Simulator
+
+    g = random_dag(40, 0.2, seed=5)
+    base = cluster_from_dict({"name": "w", "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(2)],
+                              "default_link": {"bandwidth_GBps": 0.05, "latency_us": 200.0}})
+    truth = Simulator(g, dataclasses.replace(base, latency=base.latency * 0.5, link_streams=4))
+    fit_set = {name: place(name, g, base).placement for name in ("round-robin", "m-etf", "m-topo")}
+    held_out = {f"random{s}": place("random", g, base, seed=s).placement for s in range(4)}
+    calibration = tmp_path / "calibration"
+    calibration.mkdir()
+    # the committed cluster file: a stale fit (all the CPU share, one stream) the refit must not read
+    write_yaml(calibration / "cluster.yaml", {**base.to_dict(), "send_cpu_share": 0.9})
+    save_graph(g, calibration / "graph.json.gz")
+    write_json(calibration / "calibration.json", {
+        "link": {"latency_us": 200.0},
+        "transfer_fit": {"measured_step_us": {n: truth.simulate(p).step_time_us for n, p in fit_set.items()}}})
+    rows = []
+    for name, p in {**fit_set, **held_out}.items():
+        Strategy.from_array(g, base, p).save(tmp_path / "strategies" / f"{name}.json")
+        rows.append({"batch": 8, "run": 1, "strategy": name, "calibration_set": name in fit_set, "sim_step_ms": 1.0,
+                     "sim_comm_MB": 0.0, "real_step_ms": truth.simulate(p).step_time_us / 1e3, "real_crossed_MB": 1.0,
+                     "step_error": 0.0, "comm_error": 0.0, "overridden": 0})
+    pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
+
+    fits, figures = refit(tmp_path)
+    fits, figures = fits.set_index("rule"), figures.set_index("rule")
+    assert list(fits.index) == ["median-1stream", "mean-1stream", "median-streams", "mean-streams"]
+    chosen = fits.loc["mean-streams"]
+    assert (chosen["send_cpu_share"], chosen["latency_scale"], chosen["link_streams"], chosen["fit_error"]) == (
+        0.0, 0.5, 4, 0.0)
+    assert figures.loc["mean-streams", "step_error_median"] == 0.0
+    assert figures.loc["mean-streams", "rank_correlation"] == pytest.approx(1.0)
+    assert (fits.loc[["median-1stream", "mean-1stream"], "link_streams"] == 1).all()
+    assert fits.loc["mean-1stream", "fit_error"] > 0

@@ -432,7 +432,9 @@ def test_fit_transfer_model_keeps_the_shared_machine_terms():
                   for p in ("round-robin", "random", "m-etf")]
     truth = Simulator(g, dataclasses.replace(cluster, send_cpu_share=0.3, latency=cluster.latency * 0.5))
     measured = [truth.simulate(p).step_time_us for p in placements]
-    assert fit_transfer_model(g, cluster, placements, measured) == (pytest.approx(0.3), 0.5, pytest.approx(0.0, abs=1e-12))
+    fit = fit_transfer_model(g, cluster, placements, measured)
+    assert (fit.send_cpu_share, fit.latency_scale, fit.link_streams) == (pytest.approx(0.3), 0.5, 1)
+    assert fit.error == pytest.approx(0.0, abs=1e-12)
 
 
 def test_fit_transfer_model_recovers_the_share_and_latency_that_made_the_times():
@@ -449,8 +451,29 @@ def test_fit_transfer_model_recovers_the_share_and_latency_that_made_the_times()
                   for p in ("round-robin", "random", "m-etf")]
     truth = Simulator(g, dataclasses.replace(cluster, send_cpu_share=0.3, latency=cluster.latency * 0.5))
     measured = [truth.simulate(p).step_time_us for p in placements]
-    share, scale, error = fit_transfer_model(g, cluster, placements, measured)
-    assert (share, scale, error) == (pytest.approx(0.3), 0.5, 0.0)
+    fit = fit_transfer_model(g, cluster, placements, measured)
+    assert (fit.send_cpu_share, fit.latency_scale, fit.link_streams, fit.error) == (pytest.approx(0.3), 0.5, 1, 0.0)
+
+
+def test_fit_transfer_model_recovers_the_streams_that_made_the_times():
+    import dataclasses
+
+    from trinity.graph.synthetic import random_dag
+    from trinity.runtime.calibrate import fit_transfer_model
+    from trinity.sim import Simulator
+
+    g = random_dag(40, 0.2, seed=5)
+    cluster = cluster_from_dict({"name": "w", "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(2)],
+                                 "default_link": {"bandwidth_GBps": 0.05, "latency_us": 200.0}})
+    placements = [place(p, g, cluster, **({"seed": 1} if p == "random" else {})).placement
+                  for p in ("round-robin", "random", "m-etf")]
+    truth = Simulator(g, dataclasses.replace(cluster, latency=cluster.latency * 0.5, link_streams=4))
+    measured = [truth.simulate(p).step_time_us for p in placements]
+    one_stream = [Simulator(g, dataclasses.replace(cluster, latency=cluster.latency * 0.5)).simulate(p).step_time_us
+                  for p in placements]
+    assert one_stream != measured  # the streams matter on these placements, so the fit can tell them apart
+    fit = fit_transfer_model(g, cluster, placements, measured)
+    assert (fit.send_cpu_share, fit.latency_scale, fit.link_streams, fit.error) == (0.0, 0.5, 4, 0.0)
 
 
 def test_blended_strategies_move_the_differing_groups_in_topological_order():

@@ -3,28 +3,40 @@ simulated ones are recomputed the way `trinity.runtime.validate` computes them (
 on the calibrated graph of that batch and the run's calibrated cluster).
 
 For a change to the simulator, or a what-if on a cluster term (``link_streams``), judged on the
-strategies already measured. A validation folder (``results/validate/<model>/``) holds one part per
+strategies already measured; ``--refit`` fits the transfer model again under each rule of `FIT_RULES`
+from the calibration's own measurements of the fit placers (nothing held out is read by a fit), the
+ablation of how the calibration chooses it. A validation folder (``results/validate/<model>/``) holds one part per
 run and batch: the folder itself (run 1, the model's own batch), ``batch<b>/``, ``run<r>/`` and
 ``run<r>/batch<b>/``; each has results.csv, strategies/ and calibration/graph.json.gz, and each run's
 calibration/cluster.yaml serves all its batches (nothing is fitted at the other batches).
 
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --link-streams 4
+    python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --refit calibration
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from trinity.cluster import Cluster, cluster_from_dict, load_cluster
 from trinity.errors import TrinityError
+from trinity.fileio import read_json
 from trinity.graph import load_graph
 from trinity.placement import Strategy
+from trinity.runtime.calibrate import LINK_STREAMS, TransferFit, fit_transfer_model
 from trinity.runtime.validate import error_summary
 from trinity.sim import Simulator
+
+#: (label, objective, link streams tried) of each way to fit the transfer model; "mean, streams" is
+#: today's calibration (`trinity.runtime.calibrate.fit_transfer_model`), "median, 1 stream" the one before
+FIT_RULES = (("median-1stream", "median", (1,)), ("mean-1stream", "mean", (1,)),
+             ("median-streams", "median", LINK_STREAMS), ("mean-streams", "mean", LINK_STREAMS))
 
 
 def parts(folder) -> list[tuple[int, int | None, Path, Path]]:
@@ -85,16 +97,71 @@ def compare(folder, link_streams: int | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def refit_run(top: Path, objective: str, link_streams, measured_from: str = "calibration") -> tuple[TransferFit, Cluster]:
+    """The transfer model fitted again to run folder ``top``'s fit placers and the calibrated cluster it
+    gives. Their step times are the calibration's (``measured_from="calibration"``: calibration.json,
+    what the run was fitted to) or the validation's own measurements of the same strategies
+    (``"validation"``: their rows in results.csv, medians of the validation's rounds x steps)."""
+    from trinity.placers import place_each
+
+    calibration = top / "calibration"
+    report = read_json(calibration / "calibration.json")
+    cluster = load_cluster(calibration / "cluster.yaml")
+    # the calibration's cluster before its fit: one link, the lone round trip's latency, no CPU share, one stream
+    latency = np.full_like(cluster.latency, float(report["link"]["latency_us"]))
+    np.fill_diagonal(latency, 0.0)
+    base = replace(cluster, latency=latency, send_cpu_share=0.0, link_streams=1)
+    graph = load_graph(calibration / "graph.json.gz")
+    measured = report["transfer_fit"]["measured_step_us"]
+    if measured_from == "validation":
+        table = pd.read_csv(top / "results.csv").set_index("strategy")
+        measured = {name: float(table.loc[name, "real_step_ms"]) * 1e3 for name in measured}
+    elif measured_from != "calibration":
+        raise TrinityError(f"must be calibration or validation, got {measured_from!r}", field="measured_from")
+    placed, _ = place_each(list(measured), graph, base)
+    fit = fit_transfer_model(graph, base, [placed[n].placement for n in measured], list(measured.values()),
+                             link_streams=link_streams, objective=objective)
+    return fit, fit.apply(base)
+
+
+def refit(folder, measured_from: str = "calibration") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per run and rule: the fit chosen; one row per run, batch and rule: the held-out figures)."""
+    fits, rows = [], []
+    by_run: dict[int, list] = {}
+    for run, batch, part, _ in parts(folder):
+        by_run.setdefault(run, []).append((batch, part))
+    for run, run_parts in by_run.items():
+        top = run_parts[0][1]
+        for label, objective, streams in FIT_RULES:
+            fit, cluster = refit_run(top, objective, streams, measured_from)
+            fits.append({"run": run, "rule": label, "send_cpu_share": fit.send_cpu_share,
+                         "latency_scale": fit.latency_scale, "link_streams": fit.link_streams, "fit_error": fit.error})
+            for batch, part in run_parts:
+                table = resimulate_part(part, cluster)
+                summary = error_summary(table)
+                rows.append({"run": run, "batch": int(table["batch"].iloc[0]) if batch is None else batch,
+                             "rule": label, **{key.removeprefix("held_out_split_"): summary[key] for key in FIGURES}})
+    return pd.DataFrame(fits), pd.DataFrame(rows)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m trinity.runtime.resimulate", description=__doc__.split("\n\n")[0])
     p.add_argument("folders", nargs="+", help="validation folders (results/validate/<model>)")
     p.add_argument("--link-streams", type=int, default=None,
                    help="also simulate each calibrated cluster carrying this many transfers per sender at once")
+    p.add_argument("--refit", choices=("calibration", "validation"), default=None,
+                   help="fit the transfer model again under each rule (objective, streams tried) to the fit placers' "
+                        "step times as the calibration measured them, or as the validation did, and compare")
     args = p.parse_args(argv)
     pd.set_option("display.width", 200)
+    fmt = {"float_format": lambda x: f"{x:.3f}", "index": False}
     for folder in args.folders:
         print(folder)
-        print(compare(folder, args.link_streams).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        print(compare(folder, args.link_streams).to_string(**fmt))
+        if args.refit:
+            fits, figures = refit(folder, args.refit)
+            print(fits.to_string(**fmt))
+            print(figures.to_string(**fmt))
 
 
 if __name__ == "__main__":
