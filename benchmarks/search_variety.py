@@ -80,6 +80,9 @@ def main() -> None:
                         help="the search loop's settings for these runs (SearchConfig) over DEFAULT_SEARCH's, "
                              "e.g. '{\"racers\": 1}'")
     args = parser.parse_args()
+    own = {"iterations", "batch", "seed", "checkpoint_every", "agent"} & args.search.keys()
+    if own:  # set by their own options (or per seed): refused rather than silently clashing
+        parser.error(f"--search: {', '.join(sorted(own))} cannot be set there (--iterations, --batch, --seeds, --agent)")
     rows = []
     for graph in graphs(args.graphs, args.fresh):
         for cluster in (load_cluster("p100x2"), load_cluster("p100x4")):

@@ -123,3 +123,10 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     assert figures.loc["mean-streams", "rank_correlation"] == pytest.approx(1.0)
     assert (fits.loc[["median-1stream", "mean-1stream"], "link_streams"] == 1).all()
     assert fits.loc["mean-1stream", "fit_error"] > 0
+    # the validation's own rows of the calibration set carry the same times here: the same fit
+    fits = refit(tmp_path, "validation")[0].set_index("rule")
+    chosen = fits.loc["mean-streams"]  # the times went through ms and back: exact to rounding
+    assert (chosen["latency_scale"], chosen["link_streams"]) == (0.5, 4)
+    assert chosen["fit_error"] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(TrinityError, match="measured_from"):
+        refit(tmp_path, "elsewhere")

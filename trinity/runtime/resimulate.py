@@ -55,6 +55,11 @@ def parts(folder) -> list[tuple[int, int | None, Path, Path]]:
     return out
 
 
+def _placement(part: Path, name: str, graph) -> "np.ndarray":
+    path = part / "strategies" / f"{name}.json"
+    return Strategy.load(path).to_indices(graph, source=str(path))
+
+
 def resimulate_part(part: Path, cluster: Cluster) -> pd.DataFrame:
     """The part's results.csv with ``sim_step_ms`` and ``step_error`` recomputed on ``cluster``
     (rows the workers refused to run, with no measurement, are left as they are)."""
@@ -63,9 +68,7 @@ def resimulate_part(part: Path, cluster: Cluster) -> pd.DataFrame:
     sim = Simulator(graph, cluster)
     table = table.copy()
     for i, row in table.iterrows():
-        path = part / "strategies" / f"{row['strategy']}.json"
-        placement = Strategy.load(path).to_indices(graph, source=str(path))
-        table.loc[i, "sim_step_ms"] = sim.simulate(placement).step_time_us / 1e3
+        table.loc[i, "sim_step_ms"] = sim.simulate(_placement(part, row["strategy"], graph)).step_time_us / 1e3
     measured = table["real_step_ms"].notna()
     table.loc[measured, "step_error"] = ((table.loc[measured, "sim_step_ms"] - table.loc[measured, "real_step_ms"])
                                          / table.loc[measured, "real_step_ms"])
@@ -98,10 +101,10 @@ def compare(folder, link_streams: int | None = None) -> pd.DataFrame:
 
 
 def refit_run(top: Path, objective: str, link_streams, measured_from: str = "calibration") -> tuple[TransferFit, Cluster]:
-    """The transfer model fitted again to run folder ``top``'s fit placers and the calibrated cluster it
-    gives. Their step times are the calibration's (``measured_from="calibration"``: calibration.json,
-    what the run was fitted to) or the validation's own measurements of the same strategies
-    (``"validation"``: their rows in results.csv, medians of the validation's rounds x steps)."""
+    """The transfer model fitted again to run folder ``top``'s calibration set and the calibrated cluster
+    it gives: the fit placers' strategies with the calibration's step times (``measured_from=
+    "calibration"``: calibration.json, what the run was fitted to), or the validation's rows of the
+    calibration set with its own measurements (``"validation"``: medians of its rounds x steps)."""
     from trinity.placers import place_each
 
     calibration = top / "calibration"
@@ -112,15 +115,19 @@ def refit_run(top: Path, objective: str, link_streams, measured_from: str = "cal
     np.fill_diagonal(latency, 0.0)
     base = replace(cluster, latency=latency, send_cpu_share=0.0, link_streams=1)
     graph = load_graph(calibration / "graph.json.gz")
-    measured = report["transfer_fit"]["measured_step_us"]
-    if measured_from == "validation":
-        table = pd.read_csv(top / "results.csv").set_index("strategy")
-        measured = {name: float(table.loc[name, "real_step_ms"]) * 1e3 for name in measured}
-    elif measured_from != "calibration":
+    if measured_from == "calibration":
+        measured = report["transfer_fit"]["measured_step_us"]
+        placed, _ = place_each(list(measured), graph, base)
+        placements = [placed[n].placement for n in measured]
+    elif measured_from == "validation":  # its rows of the calibration set (a searched model's lack round-robin)
+        table = pd.read_csv(top / "results.csv")
+        table = table[table["calibration_set"].astype(bool) & table["real_step_ms"].notna()]
+        measured = dict(zip(table["strategy"], table["real_step_ms"] * 1e3))
+        placements = [_placement(top, name, graph) for name in measured]
+    else:
         raise TrinityError(f"must be calibration or validation, got {measured_from!r}", field="measured_from")
-    placed, _ = place_each(list(measured), graph, base)
-    fit = fit_transfer_model(graph, base, [placed[n].placement for n in measured], list(measured.values()),
-                             link_streams=link_streams, objective=objective)
+    fit = fit_transfer_model(graph, base, placements, list(measured.values()), link_streams=link_streams,
+                             objective=objective)
     return fit, fit.apply(base)
 
 
