@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate validation-fit-rules clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -249,6 +249,15 @@ learned-list-table: $(STAMP)  ## learned-list on held-out graphs: zero-shot and 
 		$(if $(LEARNED_LIST_LONG),--full) --csv reports/learned_list_generalisation.csv
 	$(PY) benchmarks/learned_list_generalise.py --only 0,3 $(REFERENCE_GNMT) --clusters p100x4 --full --ablation \
 		--iterations $(if $(LEARNED_LIST_LONG),100,50) --csv reports/learned_list_search.csv
+
+# how the calibration fits its transfer model (objective, link streams tried), each rule refitted to each run's
+# calibration measurements (and, as a what-if, to the validation's own rows of the calibration set), simulating
+# the held-out strategies the pipeline's validate stage measured (needs its results/validate/ outputs; ~3 min)
+validation-fit-rules: $(STAMP)  ## the calibration's fit rules against each other on the committed validation
+	$(PY) -m trinity.runtime.resimulate results/validate/inception_v3 results/validate/nmt_2layer_s12 \
+		--refit calibration --csv reports/validation_fit_rules.csv
+	$(PY) -m trinity.runtime.resimulate results/validate/inception_v3 results/validate/nmt_2layer_s12 \
+		--refit validation --csv reports/validation_fit_rules_validation.csv
 
 VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin
 

@@ -130,3 +130,7 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     assert chosen["fit_error"] == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(TrinityError, match="measured_from"):
         refit(tmp_path, "elsewhere")
+    main([str(tmp_path), "--refit", "calibration", "--csv", str(tmp_path / "rules.csv")])
+    rules = pd.read_csv(tmp_path / "rules.csv")
+    assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 4
+    assert rules.set_index("rule").loc["mean-streams", "link_streams"] == 4

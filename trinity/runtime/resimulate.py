@@ -12,12 +12,14 @@ calibration/cluster.yaml serves all its batches (nothing is fitted at the other 
 
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --link-streams 4
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --refit calibration
+    make validation-fit-rules   # both models, both sources -> reports/validation_fit_rules*.csv
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -159,9 +161,14 @@ def main(argv=None) -> None:
     p.add_argument("--refit", choices=("calibration", "validation"), default=None,
                    help="fit the transfer model again under each rule (objective, streams tried) to the fit placers' "
                         "step times as the calibration measured them, or as the validation did, and compare")
+    p.add_argument("--csv", default=None, metavar="PATH",
+                   help="with --refit: write every folder's held-out figures per run, batch and rule, with the fit")
     args = p.parse_args(argv)
+    if args.csv and not args.refit:
+        p.error("--csv needs --refit")
     pd.set_option("display.width", 200)
     fmt = {"float_format": lambda x: f"{x:.3f}", "index": False}
+    tables = []
     for folder in args.folders:
         print(folder)
         print(compare(folder, args.link_streams).to_string(**fmt))
@@ -169,10 +176,18 @@ def main(argv=None) -> None:
             fits, figures = refit(folder, args.refit)
             print(fits.to_string(**fmt))
             print(figures.to_string(**fmt))
+            tables.append(figures.merge(fits, on=["run", "rule"]).assign(model=Path(folder).name,
+                                                                         measured_from=args.refit))
+    if args.csv:
+        table = pd.concat(tables, ignore_index=True)
+        first = ["model", "measured_from", "run", "batch", "rule"]
+        table[first + [c for c in table.columns if c not in first]].to_csv(args.csv, index=False)
+        print(f"-> {args.csv}")
 
 
 if __name__ == "__main__":
     try:
         main()
     except TrinityError as exc:
-        raise SystemExit(f"error: {exc}") from None
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
