@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate validation-fit-rules clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate validation-fit-rules clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -216,6 +216,10 @@ search-default-racing: params  ## Trinity from scratch with 2 racers, on the def
 search-default-budget: params  ## Trinity from scratch at 300 iterations, one search and two racers, on the default cases (~14 min)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_budget.csv \
 	  --variant '300, one search={"iterations": 300, "racers": 1}' --variant '300, two racers={"iterations": 300, "racers": 2}'
+
+# Hierarchical from scratch at Trinity's 300 iterations (the default experiment gives it 100): equal budgets
+search-hierarchical-budget: params  ## Hierarchical from scratch at 300 iterations on the default cases (~15 min)
+	$(PY) benchmarks/hierarchical_budget.py --iterations 300 --csv reports/search_hierarchical_budget300.csv
 
 # The regime's coin on 20 seeds (its 5-seed mean has a standard error of ~15 ms): how often a seed settles slow
 search-regime-seeds: params  ## Trinity from scratch in the paper's regime, seeds 0-19 (~8 min)
