@@ -57,7 +57,7 @@ def parts(folder) -> list[tuple[int, int | None, Path, Path]]:
     return out
 
 
-def _placement(part: Path, name: str, graph) -> "np.ndarray":
+def _placement(part: Path, name: str, graph) -> np.ndarray:
     path = part / "strategies" / f"{name}.json"
     return Strategy.load(path).to_indices(graph, source=str(path))
 
