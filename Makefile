@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate validation-fit-rules clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -257,6 +257,9 @@ learned-list-table: $(STAMP)  ## learned-list on held-out graphs: zero-shot and 
 # how the calibration fits its transfer model (objective, link streams tried), each rule refitted to each run's
 # calibration measurements (and, as a what-if, to the validation's own rows of the calibration set), simulating
 # the held-out strategies the pipeline's validate stage measured (needs its results/validate/ outputs; ~3 min)
+worker-semantics: $(STAMP)  ## the two worker terms of the simulator, on fresh calibrations (~20 min)
+	$(PY) benchmarks/worker_semantics.py
+
 validation-fit-rules: $(STAMP)  ## the calibration's fit rules against each other on the committed validation
 	$(PY) -m trinity.runtime.resimulate results/validate/inception_v3 results/validate/nmt_2layer_s12 \
 		--refit calibration --csv reports/validation_fit_rules.csv

@@ -35,6 +35,18 @@ each sender has on its links at once, as a TensorFlow worker serves several
 ``RecvTensor`` calls concurrently: each transfer still takes its full
 latency + bytes / bandwidth, but up to k of them overlap (see `trinity.sim`).
 Only a calibrated cluster should set it.
+
+``control_transfers`` (default false: the paper's simulator, where a
+control edge between devices is satisfied when its producer ends) makes a
+control edge between devices move an empty tensor, as TensorFlow's runtime
+does (a ``_Send``/``_Recv`` pair and a ``RecvTensor`` call): it waits for the
+link like any transfer and takes its latency. Calibrated workers set it.
+
+``ready_order`` (default ``fifo``: a device runs its runnable ops oldest
+first) can be ``lifo``: newest first, as a TensorFlow worker with one
+inter-op thread does (the thread pool takes its own last-queued task
+first), which follows one branch of the graph deeper before the next.
+Calibrated workers set it.
 """
 
 from __future__ import annotations
@@ -76,6 +88,8 @@ class Cluster:
     corun_slowdown: float = 0.0  # c: with k processors busy each runs at 1 / (1 + c (k - 1)) of its speed
     step_sync_us: float = 0.0  # s: a step over m devices takes s (m - 1) longer
     link_streams: int = 1  # k: transfers each sender carries at once (1: one at a time, FIFO)
+    control_transfers: bool = False  # a control edge between devices moves an empty tensor
+    ready_order: str = "fifo"  # which runnable op a device takes next: the oldest, or (lifo) the newest
 
     @property
     def n_devices(self) -> int:
@@ -107,7 +121,8 @@ class Cluster:
         return Cluster(name=self.name, devices=tuple(self.devices[i] for i in idx),
                        bandwidth=self.bandwidth[np.ix_(idx, idx)], latency=self.latency[np.ix_(idx, idx)],
                        send_cpu_share=self.send_cpu_share, corun_slowdown=self.corun_slowdown,
-                       step_sync_us=self.step_sync_us, link_streams=self.link_streams)
+                       step_sync_us=self.step_sync_us, link_streams=self.link_streams,
+                       control_transfers=self.control_transfers, ready_order=self.ready_order)
 
     def interchangeable(self) -> np.ndarray:
         """int64[D]: devices with one label can swap places without changing any strategy's cost: the same
@@ -147,6 +162,8 @@ class Cluster:
             **({"corun_slowdown": self.corun_slowdown} if self.corun_slowdown else {}),
             **({"step_sync_us": self.step_sync_us} if self.step_sync_us else {}),
             **({"link_streams": self.link_streams} if self.link_streams != 1 else {}),
+            **({"control_transfers": True} if self.control_transfers else {}),
+            **({"ready_order": self.ready_order} if self.ready_order != "fifo" else {}),
             "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
                          **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {}),
                          **({"node": d.node} if d.node else {})} for d in self.devices],
@@ -283,7 +300,9 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
                    if doc.get(key) is not None else 0.0 for key in ("corun_slowdown", "step_sync_us"))
     return Cluster(name=str(doc.get("name") or Path(source).stem), devices=tuple(devices), bandwidth=bw, latency=lat,
                    send_cpu_share=share, corun_slowdown=corun, step_sync_us=sync,
-                   link_streams=_link_streams(1 if doc.get("link_streams") is None else doc["link_streams"], source))
+                   link_streams=_link_streams(1 if doc.get("link_streams") is None else doc["link_streams"], source),
+                   control_transfers=_flag(doc, "control_transfers", source),
+                   ready_order=_ready_order(doc.get("ready_order", "fifo"), source))
 
 
 #: More streams than this per sender is a corrupt file, not a measurement (the simulator keeps a slot each).
@@ -296,6 +315,27 @@ def _link_streams(v: Any, source: str) -> int:
         raise ClusterError(f"must be a whole number from 1 to {MAX_LINK_STREAMS}, got {short_repr(v)}",
                            source=source, field="link_streams")
     return int(v)
+
+
+#: Which runnable op a device takes next (see `trinity.sim`).
+READY_ORDERS = ("fifo", "lifo")
+
+
+def _ready_order(v: Any, source: str) -> str:
+    if v not in READY_ORDERS:
+        raise ClusterError(f"must be one of {', '.join(READY_ORDERS)}, got {short_repr(v)}", source=source,
+                           field="ready_order")
+    return str(v)
+
+
+def _flag(doc: Mapping, key: str, source: str) -> bool:
+    """A yes/no term of the cluster file, false when absent."""
+    v = doc.get(key)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise ClusterError(f"must be true or false, got {short_repr(v)}", source=source, field=key)
+    return v
 
 
 def preset_names() -> list[str]:

@@ -8,7 +8,8 @@ library callers can catch the class.
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Callable
 
 
 def short_repr(value: Any, limit: int = 60) -> str:
@@ -52,3 +53,12 @@ class ClusterError(TrinityError):
 
 class PlacementError(TrinityError):
     """A placement that cannot run, or a placer that cannot produce one."""
+
+
+def run_main(main: Callable[[], Any]) -> None:
+    """Run a command-line ``main``: a `TrinityError` (bad input) is one line on stderr and exit status 2."""
+    try:
+        main()
+    except TrinityError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -25,6 +25,16 @@ sender alone, sends alone, both at once), reported by `make bench`: it reads
 1.0 here, above the fitted value, because it charges the sender's whole
 slowdown (cache and memory traffic included) to the transfers.
 
+A control edge between workers is a ``_Send``/``_Recv`` pair of an empty
+tensor in TensorFlow's runtime, a ``RecvTensor`` call like any other: the
+calibrated cluster sets ``control_transfers`` (see `trinity.cluster`), which
+the simulator had treated as free. And a worker's one inter-op thread runs
+the runnable op it queued last first (its thread pool's own queue is a
+stack): the calibrated cluster sets ``ready_order: lifo``. Without both,
+annealed strategies of InceptionV3 were simulated up to 16% faster than the
+whole step on one worker and ran 7-50% slower
+(``benchmarks/worker_semantics.py``).
+
 Workers that share one machine and one master cost a step more than its ops
 and transfers: `measure_shared_machine` times the master's step protocol
 with a second worker (the cluster's ``step_sync_us``) and the model's step
@@ -348,6 +358,8 @@ def worker_cluster_yaml(workers: Workers, link: LinkFit, memory_bytes: int, fit:
         "name": name,
         "send_cpu_share": round(fit.send_cpu_share, 3),
         **({"link_streams": fit.link_streams} if fit.link_streams != 1 else {}),
+        "control_transfers": True,  # TensorFlow sends a control edge between workers as an empty tensor
+        "ready_order": "lifo",  # a worker's one inter-op thread takes its newest runnable op first
         **({"corun_slowdown": round(shared["corun_slowdown"], 4), "step_sync_us": round(shared["step_sync_us"], 1)}
            if shared else {}),
         "devices": [{"name": f"worker{i}", "kind": WORKER_KIND, "speed": 1.0, "memory_GB": memory_bytes / 1e9}

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from trinity.cluster import Cluster, cluster_from_dict, load_cluster
-from trinity.errors import TrinityError
+from trinity.errors import TrinityError, run_main
 from trinity.fileio import read_json
 from trinity.graph import load_graph
 from trinity.placement import Strategy
@@ -35,10 +35,22 @@ from trinity.runtime.calibrate import LINK_STREAMS, TransferFit, fit_transfer_mo
 from trinity.runtime.validate import error_summary
 from trinity.sim import Simulator
 
-#: (label, objective, link streams tried) of each way to fit the transfer model; "mean, streams" is
-#: today's calibration (`trinity.runtime.calibrate.fit_transfer_model`), "median, 1 stream" the one before
-FIT_RULES = (("median-1stream", "median", (1,)), ("mean-1stream", "mean", (1,)),
-             ("median-streams", "median", LINK_STREAMS), ("mean-streams", "mean", LINK_STREAMS))
+class FitRule(NamedTuple):
+    """One way to fit the transfer model: the objective, the link streams tried, and the worker
+    semantics of the cluster it is fitted on (control edges sent between workers, ready order)."""
+
+    label: str
+    objective: str
+    link_streams: tuple[int, ...]
+    control_transfers: bool = False
+    ready_order: str = "fifo"
+
+
+#: Oldest first; the last is today's calibration (`trinity.runtime.calibrate`), each adds one change.
+FIT_RULES = (FitRule("median-1stream", "median", (1,)), FitRule("mean-1stream", "mean", (1,)),
+             FitRule("median-streams", "median", LINK_STREAMS), FitRule("mean-streams", "mean", LINK_STREAMS),
+             FitRule("mean-streams-control", "mean", LINK_STREAMS, True),
+             FitRule("mean-streams-control-lifo", "mean", LINK_STREAMS, True, "lifo"))
 
 
 def parts(folder) -> list[tuple[int, int | None, Path, Path]]:
@@ -102,11 +114,12 @@ def compare(folder, link_streams: int | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def refit_run(top: Path, objective: str, link_streams, measured_from: str = "calibration") -> tuple[TransferFit, Cluster]:
+def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> tuple[TransferFit, Cluster]:
     """The transfer model fitted again to run folder ``top``'s calibration set and the calibrated cluster
     it gives: the fit placers' strategies with the calibration's step times (``measured_from=
     "calibration"``: calibration.json, what the run was fitted to), or the validation's rows of the
-    calibration set with its own measurements (``"validation"``: medians of its rounds x steps)."""
+    calibration set with its own measurements (``"validation"``: medians of its rounds x steps), under
+    ``rule``."""
     from trinity.placers import place_each
 
     calibration = top / "calibration"
@@ -115,7 +128,8 @@ def refit_run(top: Path, objective: str, link_streams, measured_from: str = "cal
     # the calibration's cluster before its fit: one link, the lone round trip's latency, no CPU share, one stream
     latency = np.full_like(cluster.latency, float(report["link"]["latency_us"]))
     np.fill_diagonal(latency, 0.0)
-    base = replace(cluster, latency=latency, send_cpu_share=0.0, link_streams=1)
+    base = replace(cluster, latency=latency, send_cpu_share=0.0, link_streams=1,
+                   control_transfers=rule.control_transfers, ready_order=rule.ready_order)
     graph = load_graph(calibration / "graph.json.gz")
     if measured_from == "calibration":
         measured = report["transfer_fit"]["measured_step_us"]
@@ -128,8 +142,8 @@ def refit_run(top: Path, objective: str, link_streams, measured_from: str = "cal
         placements = [_placement(top, name, graph) for name in measured]
     else:
         raise TrinityError(f"must be calibration or validation, got {measured_from!r}", field="measured_from")
-    fit = fit_transfer_model(graph, base, placements, list(measured.values()), link_streams=link_streams,
-                             objective=objective)
+    fit = fit_transfer_model(graph, base, placements, list(measured.values()), link_streams=rule.link_streams,
+                             objective=rule.objective)
     return fit, fit.apply(base)
 
 
@@ -141,15 +155,16 @@ def refit(folder, measured_from: str = "calibration") -> tuple[pd.DataFrame, pd.
         by_run.setdefault(run, []).append((batch, part))
     for run, run_parts in by_run.items():
         top = run_parts[0][1]
-        for label, objective, streams in FIT_RULES:
-            fit, cluster = refit_run(top, objective, streams, measured_from)
-            fits.append({"run": run, "rule": label, "send_cpu_share": fit.send_cpu_share,
+        for rule in FIT_RULES:
+            fit, cluster = refit_run(top, rule, measured_from)
+            fits.append({"run": run, "rule": rule.label, "send_cpu_share": fit.send_cpu_share,
                          "latency_scale": fit.latency_scale, "link_streams": fit.link_streams, "fit_error": fit.error})
             for batch, part in run_parts:
                 table = resimulate_part(part, cluster)
                 summary = error_summary(table)
                 rows.append({"run": run, "batch": int(table["batch"].iloc[0]) if batch is None else batch,
-                             "rule": label, **{key.removeprefix("held_out_split_"): summary[key] for key in FIGURES}})
+                             "rule": rule.label,
+                             **{key.removeprefix("held_out_split_"): summary[key] for key in FIGURES}})
     return pd.DataFrame(fits), pd.DataFrame(rows)
 
 
@@ -186,8 +201,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except TrinityError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_main(main)

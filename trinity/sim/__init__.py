@@ -4,7 +4,8 @@ Semantics (the paper's, made exact; `reference.py` is their plain statement
 and `fast.py` the compiled one the search uses):
 
 * Each device runs one op at a time, non-preemptively, taking ops from a FIFO
-  of ops that became runnable on it. An op is runnable when every in-edge is
+  of ops that became runnable on it (a stack with a cluster's ``ready_order:
+  lifo``: the newest first). An op is runnable when every in-edge is
   satisfied: a control edge or a same-device data edge when its producer
   ends, a cross-device data edge when the tensor has arrived.
 * When an op ends, each of its output tensors that some op on another device
@@ -19,6 +20,13 @@ and `fast.py` the compiled one the search uses):
   op and occupies its processor for f of that time, then spends the rest
   (1 - f) on the sender's outgoing FIFO; the transfer starts (and the
   receiver's copy is allocated) when the processor takes it up.
+* Control edges between devices (a cluster's ``control_transfers``): each
+  producer of control edges sends an empty tensor once to each device its
+  control edges reach, queued with its outputs' transfers in the order of
+  their first edges, as TensorFlow's runtime does; it takes the link's
+  latency (and the sender's CPU share of it). Without the flag a control edge is satisfied
+  when its producer ends, wherever its consumer runs. Transfer records
+  give such a tensor output index -1 and 0 bytes.
 * Ties: completions are handled in time order, and at equal times in the
   order they started; after each completion every idle device (in device
   order) starts its next op, then every idle sender its next tensor.

@@ -13,7 +13,8 @@ cost about what 4 do:
   consuming device, chained edge to edge), not through a tensors x devices
   table, so memory is O(ops + edges + devices).
 
-Ready ops and outgoing transfers wait in per-device FIFO linked lists.
+Ready ops wait in per-device linked lists (FIFO, or a stack with the cluster's
+``ready_order: lifo``), outgoing transfers in FIFO ones.
 """
 
 from __future__ import annotations
@@ -37,8 +38,18 @@ class Simulator:
         a = graph.arrays
         self.times = op_times(graph, cluster) if times is None else np.ascontiguousarray(times, np.float64)
         self.lower_bound_us = lower_bound(graph, self.times, cluster.n_devices)
-        owner = a.tensor_owner
+        owner, edge_tensor = a.tensor_owner, a.edge_tensor
         tensor_bytes = a.tensor_bytes.astype(np.float64)
+        if cluster.control_transfers:
+            # A control edge between devices moves an empty tensor: each producer of control edges gets one
+            # (numbered after the graph's tensors), its edges read it, and it crosses like any other.
+            control = edge_tensor < 0
+            signalling, signal = np.unique(a.src[control], return_inverse=True)
+            edge_tensor = edge_tensor.copy()
+            edge_tensor[control] = len(a.tensor_bytes) + signal
+            owner = np.concatenate([owner, signalling])
+            tensor_bytes = np.concatenate([tensor_bytes, np.zeros(len(signalling))])
+        self._owner, self._tensor_bytes = owner, tensor_bytes  # the graph's tensors, then the signals
         # Outputs of ops that hold persistent bytes (variables, parameters) are that storage:
         # they take no extra memory on their own device, only as copies elsewhere.
         local_bytes = np.where(a.persistent_bytes[owner] > 0, 0.0, tensor_bytes)
@@ -46,7 +57,7 @@ class Simulator:
         out_position = np.empty(graph.n_edges, np.int64)
         out_position[a.out_edges] = np.arange(graph.n_edges)
         # Out-edges of each producer by tensor, then in edge order (so each tensor's edges are adjacent).
-        out_tensor = a.edge_tensor[a.out_edges]
+        out_tensor = edge_tensor[a.out_edges]
         by_tensor = np.lexsort((np.arange(graph.n_edges), out_tensor, a.src[a.out_edges]))
         # Edge endpoints laid out in the order the event loop walks them (by producer, by
         # consumer), so it reads memory sequentially instead of chasing edge ids.
@@ -56,10 +67,10 @@ class Simulator:
             a.persistent_bytes.astype(np.float64), a.temporary_bytes.astype(np.float64),
             np.bincount(a.dst, minlength=graph.n_ops).astype(np.int64),
             a.out_ptr, a.dst[a.out_edges], out_tensor, by_tensor,
-            a.in_ptr, a.src[a.in_edges], a.edge_tensor[a.in_edges], out_position[a.in_edges],
+            a.in_ptr, a.src[a.in_edges], edge_tensor[a.in_edges], out_position[a.in_edges],
             np.ascontiguousarray(cluster.bandwidth), np.ascontiguousarray(cluster.latency),
             float(cluster.send_cpu_share), float(cluster.corun_slowdown), float(cluster.step_sync_us),
-            int(cluster.link_streams),
+            int(cluster.link_streams), cluster.ready_order == "lifo",
         )
         self._memory = cluster.memory.astype(np.float64)
 
@@ -72,9 +83,10 @@ class Simulator:
         if trace:
             a = self.graph.arrays
             t = x_tensor[:n_x]
-            producer = a.tensor_owner[t]
-            transfers = np.column_stack([producer, t - a.tensor_offset[producer], x_src[:n_x], x_dst[:n_x],
-                                         a.tensor_bytes[t], x_start[:n_x], x_end[:n_x]]).astype(float)
+            producer = self._owner[t]
+            output = np.where(t < len(a.tensor_bytes), t - a.tensor_offset[producer], -1)  # -1: a signal
+            transfers = np.column_stack([producer, output, x_src[:n_x], x_dst[:n_x],
+                                         self._tensor_bytes[t], x_start[:n_x], x_end[:n_x]]).astype(float)
             transfers = transfers[np.lexsort(transfers[:, [3, 1, 0, 2, 5]].T)]
         return SimResult(step_time_us=step, busy_us=busy, sent_bytes=sent, received_bytes=recv,
                          peak_memory_bytes=peak, out_of_memory=peak > self._memory,
@@ -94,6 +106,18 @@ def _append(head, tail, nxt, queue, item):
     else:
         nxt[tail[queue]] = item
     tail[queue] = item
+
+
+@numba.njit(cache=True, inline="always")
+def _make_ready(head, tail, nxt, queue, item, lifo):
+    """Put ``item`` on ready list ``queue``: at its end (FIFO), or at its front (``lifo``: the next taken)."""
+    if not lifo:
+        _append(head, tail, nxt, queue, item)
+        return
+    nxt[item] = head[queue]
+    head[queue] = item
+    if tail[queue] < 0:
+        tail[queue] = item
 
 
 @numba.njit(cache=True, inline="always")
@@ -124,7 +148,7 @@ def _sort_members(members):
 @numba.njit(cache=True, error_model="numpy", nogil=True)  # nogil: a batch simulates on several threads
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
               temporary, indegree, out_ptr, out_dst, out_tensor, by_tensor, in_ptr, in_src, in_tensor, in_position, bandwidth,
-              latency, cpu_share, corun, sync_us, streams):
+              latency, cpu_share, corun, sync_us, streams, lifo):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
@@ -170,8 +194,8 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     start = np.zeros(n)
     end = np.zeros(n)
 
-    # Per-device FIFO linked lists: ready work (op v, or n + x: the sender's CPU share of
-    # transfer x) and transfers waiting for the sender.
+    # Per-device linked lists: ready work (op v, or n + x: the sender's CPU share of transfer x),
+    # FIFO or (`lifo`) a stack, and transfers waiting for the sender, FIFO.
     x_cap = n_edges + 1
     ready_head = np.full(n_dev, -1, np.int64)
     ready_tail = np.full(n_dev, -1, np.int64)
@@ -216,7 +240,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
 
     for v in range(n):
         if waiting[v] == 0:
-            _append(ready_head, ready_tail, ready_next, dev[v], v)
+            _make_ready(ready_head, ready_tail, ready_next, dev[v], v, lifo)
 
     # Only devices whose state changed since the last dispatch can start something: those whose
     # processor (`compute`) or sender (`send`) is marked. `grown`: devices whose live bytes grew
@@ -373,7 +397,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     waiting[v] -= 1
                     if waiting[v] == 0:
                         _mark(compute_flag, compute, dv)
-                        _append(ready_head, ready_tail, ready_next, dv, v)
+                        _make_ready(ready_head, ready_tail, ready_next, dv, v, lifo)
                 elif copy_of[k] == k:  # a tensor goes once to each consuming device
                     x = n_x
                     n_x += 1
@@ -382,7 +406,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     x_src[x] = du
                     x_dst[x] = dv
                     if cpu_share > 0.0:  # the sender's CPU serialises it first, in turn with ops
-                        _append(ready_head, ready_tail, ready_next, du, n + x)
+                        _make_ready(ready_head, ready_tail, ready_next, du, n + x, lifo)
                         _mark(compute_flag, compute, du)
                     else:
                         _append(out_head, out_tail, x_next, du, x)
@@ -403,7 +427,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 waiting[v] -= 1
                 if waiting[v] == 0:
                     _mark(compute_flag, compute, dd)
-                    _append(ready_head, ready_tail, ready_next, dd, v)
+                    _make_ready(ready_head, ready_tail, ready_next, dd, v, lifo)
                 k = copy_next[k]
     for d in range(n_dev):
         if live[d] > peak[d]:

@@ -17,20 +17,28 @@ from trinity.costs import op_times
 from trinity.sim.result import SimResult, lower_bound
 
 
+#: The output a control edge reads: nothing, or an empty tensor where it crosses devices (``control_transfers``).
+SIGNAL = -1
+
+
 def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult:
     n_dev = cluster.n_devices
     dev = [int(d) for d in placement]
     times = op_times(graph, cluster)
     duration = [float(times[i, dev[i]]) for i in range(graph.n_ops)]
     idx = graph.index
-    out_edges: list[list[tuple[int, int | None]]] = [[] for _ in graph.ops]  # (consumer, output or None)
-    in_edges: list[list[tuple[int, int | None]]] = [[] for _ in graph.ops]  # (producer, output or None)
+    # Edges by (consumer or producer, output); a control edge reads output -1, the empty tensor a producer
+    # sends over a control edge between devices when the cluster has control_transfers.
+    out_edges: list[list[tuple[int, int]]] = [[] for _ in graph.ops]
+    in_edges: list[list[tuple[int, int]]] = [[] for _ in graph.ops]
     for e in graph.edges:
-        out_edges[idx[e.src]].append((idx[e.dst], e.src_output))
-        in_edges[idx[e.dst]].append((idx[e.src], e.src_output))
+        k = SIGNAL if e.is_control else e.src_output
+        out_edges[idx[e.src]].append((idx[e.dst], k))
+        in_edges[idx[e.dst]].append((idx[e.src], k))
     waiting = [len(in_edges[v]) for v in range(graph.n_ops)]
 
-    ready = [deque() for _ in range(n_dev)]  # per-device FIFO of runnable ops
+    ready = [deque() for _ in range(n_dev)]  # per-device runnable ops, taken first in first out or (lifo) last
+    lifo = cluster.ready_order == "lifo"
     outbox = [deque() for _ in range(n_dev)]  # per-device FIFO of tensors to send
     computing = [False] * n_dev
     sending = [0] * n_dev  # transfers each sender has on its links (at most the cluster's link_streams)
@@ -73,7 +81,7 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
         nonlocal stretch
         for d in range(n_dev):
             if not computing[d] and ready[d]:
-                v = ready[d].popleft()
+                v = ready[d].pop() if lifo else ready[d].popleft()
                 computing[d] = True
                 if isinstance(v, dict):  # the sender's CPU share of transfer v
                     v["start"] = now
@@ -116,12 +124,12 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
             end[u] = now
             computing[dev[u]] = False
             for v, k in out_edges[u]:
-                if k is None or dev[v] == dev[u]:
+                if (k == SIGNAL and not cluster.control_transfers) or dev[v] == dev[u]:
                     one_input_arrived(v)
                 else:
                     key = (u, k, dev[v])
                     if key not in transfers:  # a tensor goes once to each consuming device
-                        nbytes = graph.ops[u].output_bytes[k]
+                        nbytes = 0 if k == SIGNAL else graph.ops[u].output_bytes[k]
                         transfers[key] = {"src": dev[u], "dst": dev[v], "bytes": nbytes, "producer": u, "output": k}
                         # With a CPU share the sender's processor serialises it first, in turn with ops.
                         (ready if share > 0 else outbox)[dev[u]].append(transfers[key])
