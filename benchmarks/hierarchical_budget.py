@@ -24,6 +24,7 @@ import yaml
 
 from trinity.progress import progress
 
+JOB_TIMEOUT_S = 3600  # one search job; they take a minute or two here
 HYDRA = ["-cd", ".", "-cn", "params", "hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
@@ -64,10 +65,14 @@ def main() -> None:
                    f"paths.results={work / 'results' / job['sub']}", f"job.model={job['model']}",
                    f"job.cluster={job['cluster']}", "job.method=hierarchical", f"job.seed={job['seed']}",
                    f"methods.hierarchical.search.iterations={args.iterations}", *job["overrides"]]
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+            what = f"hierarchical on {job['model']} {job['cluster']} seed {job['seed']}"
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+            except subprocess.TimeoutExpired:  # the child is killed; the next run resumes at this job
+                sys.exit(f"error: {what}: no result within {JOB_TIMEOUT_S} s")
             if done.returncode:  # the stage script's own one-line error, not a traceback of this one
                 last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                sys.exit(f"error: hierarchical on {job['model']} {job['cluster']} seed {job['seed']}: {last}")
+                sys.exit(f"error: {what}: {last}")
         now, before = metrics(work / "results", job, "hierarchical"), metrics(committed, job, "hierarchical")
         trinity = metrics(committed, job, "trinity")
         rows.append({"case": f"{job['model']} {job['cluster']}", "seed": job["seed"],
