@@ -254,12 +254,14 @@ learned-list-table: $(STAMP)  ## learned-list on held-out graphs: zero-shot and 
 	$(PY) benchmarks/learned_list_generalise.py --only 0,3 $(REFERENCE_GNMT) --clusters p100x4 --full --ablation \
 		--iterations $(if $(LEARNED_LIST_LONG),100,50) --csv reports/learned_list_search.csv
 
-# how the calibration fits its transfer model (objective, link streams tried), each rule refitted to each run's
-# calibration measurements (and, as a what-if, to the validation's own rows of the calibration set), simulating
-# the held-out strategies the pipeline's validate stage measured (needs its results/validate/ outputs; ~3 min)
-worker-semantics: $(STAMP)  ## the two worker terms of the simulator, on fresh calibrations (~20 min)
+# the simulator's control edges between workers and ready order against the rules before them, on 4 fresh
+# calibrations (2 models x 2 batches) with held-out and annealed strategies (benchmarks/worker_semantics.py)
+worker-semantics: $(STAMP)  ## the two worker terms of the simulator, on fresh calibrations (~15 min)
 	$(PY) benchmarks/worker_semantics.py
 
+# how the calibration fits its transfer model (objective, link streams tried, worker terms), each rule refitted
+# to each run's calibration measurements (and, as a what-if, to the validation's own rows of the calibration set), simulating
+# the held-out strategies the pipeline's validate stage measured (needs its results/validate/ outputs; ~3 min)
 validation-fit-rules: $(STAMP)  ## the calibration's fit rules against each other on the committed validation
 	$(PY) -m trinity.runtime.resimulate results/validate/inception_v3 results/validate/nmt_2layer_s12 \
 		--refit calibration --csv reports/validation_fit_rules.csv

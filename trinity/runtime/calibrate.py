@@ -31,9 +31,8 @@ calibrated cluster sets ``control_transfers`` (see `trinity.cluster`), which
 the simulator had treated as free. And a worker's one inter-op thread runs
 the runnable op it queued last first (its thread pool's own queue is a
 stack): the calibrated cluster sets ``ready_order: lifo``. Without both,
-annealed strategies of InceptionV3 were simulated up to 16% faster than the
-whole step on one worker and ran 7-50% slower
-(``benchmarks/worker_semantics.py``).
+strategies annealed for InceptionV3 were simulated at 0.85-1.06x the whole
+step on one worker and ran at 1.08-1.54x it (``make worker-semantics``).
 
 Workers that share one machine and one master cost a step more than its ops
 and transfers: `measure_shared_machine` times the master's step protocol

@@ -24,9 +24,9 @@ and `fast.py` the compiled one the search uses):
   producer of control edges sends an empty tensor once to each device its
   control edges reach, queued with its outputs' transfers in the order of
   their first edges, as TensorFlow's runtime does; it takes the link's
-  latency (and the sender's CPU share of it). Without the flag a control edge is satisfied
-  when its producer ends, wherever its consumer runs. Transfer records
-  give such a tensor output index -1 and 0 bytes.
+  latency (and the sender's CPU share of it). Without the flag a control
+  edge is satisfied when its producer ends, wherever its consumer runs.
+  Transfer records give such a tensor output index -1 and 0 bytes.
 * Ties: completions are handled in time order, and at equal times in the
   order they started; after each completion every idle device (in device
   order) starts its next op, then every idle sender its next tensor.
