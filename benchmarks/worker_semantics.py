@@ -76,15 +76,12 @@ def measure_case(model: str, batch: int, folder: Path, *, anneal_budget: int, se
 def judge(folder: Path, model: str) -> tuple[list[dict], list[dict]]:
     """(one row per rule: its fit and the held-out split figures; one row per rule and strategy: simulated
     against measured) of one measured case."""
-    from trinity.runtime.resimulate import FIGURES, FIT_RULES, refit_run, resimulate_part
+    from trinity.runtime.resimulate import FIGURES, refitted_parts
     from trinity.runtime.validate import error_summary, held_out_split_rows
 
     figures, strategies = [], []
-    for rule in FIT_RULES:
-        fit, cluster = refit_run(folder, rule, "calibration")
-        table = resimulate_part(folder, cluster)
+    for _, batch, rule, fit, table in refitted_parts(folder, "calibration"):
         summary = error_summary(table)
-        batch = int(table["batch"].iloc[0])
         figures.append({"model": model, "batch": batch, "rule": rule.label,
                         **{key.removeprefix("held_out_split_"): summary[key] for key in FIGURES},
                         "held_out_split": summary["held_out_split_strategies"],

@@ -147,9 +147,9 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
     return fit, fit.apply(base)
 
 
-def refit(folder, measured_from: str = "calibration") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per run and rule: the fit chosen; one row per run, batch and rule: the held-out figures)."""
-    fits, rows = [], []
+def refitted_parts(folder, measured_from: str = "calibration"):
+    """Each run's transfer model fitted again under each rule of `FIT_RULES` (`refit_run`), and every part of
+    the run simulated on it: (run, batch, rule, fit, the part's table as `resimulate_part` gives it)."""
     by_run: dict[int, list] = {}
     for run, batch, part, _ in parts(folder):
         by_run.setdefault(run, []).append((batch, part))
@@ -157,15 +157,22 @@ def refit(folder, measured_from: str = "calibration") -> tuple[pd.DataFrame, pd.
         top = run_parts[0][1]
         for rule in FIT_RULES:
             fit, cluster = refit_run(top, rule, measured_from)
-            fits.append({"run": run, "rule": rule.label, "send_cpu_share": fit.send_cpu_share,
-                         "latency_scale": fit.latency_scale, "link_streams": fit.link_streams, "fit_error": fit.error})
             for batch, part in run_parts:
                 table = resimulate_part(part, cluster)
-                summary = error_summary(table)
-                rows.append({"run": run, "batch": int(table["batch"].iloc[0]) if batch is None else batch,
-                             "rule": rule.label,
-                             **{key.removeprefix("held_out_split_"): summary[key] for key in FIGURES}})
-    return pd.DataFrame(fits), pd.DataFrame(rows)
+                yield run, int(table["batch"].iloc[0]) if batch is None else batch, rule, fit, table
+
+
+def refit(folder, measured_from: str = "calibration") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per run and rule: the fit chosen; one row per run, batch and rule: the held-out figures)."""
+    fits, rows = {}, []
+    for run, batch, rule, fit, table in refitted_parts(folder, measured_from):
+        fits[run, rule.label] = {"run": run, "rule": rule.label, "send_cpu_share": fit.send_cpu_share,
+                                 "latency_scale": fit.latency_scale, "link_streams": fit.link_streams,
+                                 "fit_error": fit.error}
+        summary = error_summary(table)
+        rows.append({"run": run, "batch": batch, "rule": rule.label,
+                     **{key.removeprefix("held_out_split_"): summary[key] for key in FIGURES}})
+    return pd.DataFrame(list(fits.values())), pd.DataFrame(rows)
 
 
 def main(argv=None) -> None:
