@@ -15,7 +15,7 @@ from trinity.data_parallel import (DasoConfig, DasoSchedule, DataParallelError, 
                                    Plateau, TrainConfig, batch_shares, blend, check_shares, dequantize,
                                    epoch_plan, error_bound, precision_for, quantize, step_cost,
                                    time_to_target, train)
-from trinity.data_parallel.cost import _reduce_us
+from trinity.data_parallel.cost import _reduce_us, compute_us
 from trinity.errors import ClusterError
 from trinity.runtime.links import LinkSpec
 from trinity.runtime.workers import WorkerError
@@ -161,6 +161,9 @@ def test_cost_model_hand_computed():
     # compute max(120, 110, 110, 6 * 10 / 0.5) = 120; up 901, down 100 + 1000/1000 + 2 * 1000/10 = 301: max(120, 1202)
     assert hps.step_time_us == pytest.approx(1202) and hps.lower_bound_us == pytest.approx(400 / 3.5)
     assert hps.memory_bytes[0] > hps.memory_bytes[1]  # the server's master copy
+    # the computation term alone: equal shares of 10 samples; H-PS's speed-proportional [12, 11, 11, 6]
+    assert compute_us("ddp", _two_by_two(speeds=(1, 1, 1, 0.5)), w).tolist() == [100.0, 100.0, 100.0, 200.0]
+    assert compute_us("hps", _two_by_two(speeds=(1, 1, 1, 0.5)), w).tolist() == [120.0, 110.0, 110.0, 120.0]
     with pytest.raises(DataParallelError, match="method"):
         step_cost("nope", c, w)
 

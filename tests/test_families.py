@@ -90,35 +90,17 @@ def test_family_errors_and_winner_count_on_a_hand_built_table():
     assert e.loc["all (winner predicted)", "cases"] == 2 and e.loc["all (winner predicted)", "winner_predicted"] == 1
 
 
-def test_repredicted_recovers_the_work_from_ddp_and_ps_and_costs_the_runs_again(tmp_path):
-    import yaml
-
-    from trinity.cluster import cluster_from_dict
-    from trinity.data_parallel import DataParallelError
+def test_measured_lists_each_run_with_its_error_and_computation_term(tmp_path):
     from trinity.fileio import write_json
-    from trinity.report.families import repredicted
+    from trinity.report.families import measured
 
-    doc = {"name": "h", "devices": [{"name": f"d{i}", "speed": s, "memory_GB": 1, "node": f"n{i // 2}"}
-                                    for i, s in enumerate((1.0, 1.0, 0.5, 0.5))],
-           "default_link": {"bandwidth_GBps": 0.01, "latency_us": 100}}
-    flat = {**doc, "name": "e", "devices": [{**d, "speed": 1.0} for d in doc["devices"]]}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({
-        "clusters": {"h": doc, "e": flat}, "models": {"m": {"batch": 8}},
-        "pipeline_parallel": {"measure": {"steps": 10}}}))
-    work = DataParallelWork(us_per_sample=100.0, param_bytes=4000.0, batch=8, update_us=30.0)
-    for name, d in (("h", doc), ("e", flat)):
-        cluster = cluster_from_dict(d)
-        for method, real in (("ddp", 2000.0), ("ps", 3000.0), ("daso", 1000.0)):
-            cost = step_cost(method, cluster, work)  # what the measure stage committed, as the model then was
-            write_json(tmp_path / "results" / "measure" / "m" / f"{name}-{method}.metrics.json", {
-                "model": "m", "cluster": name, "family": "data parallel", "method": method,
-                "real_step_ms": real / 1e3, "sim_step_ms": cost.step_time_us / 1e3, "sim_comm_share": cost.comm_share,
-                "sim_sent_MB_per_step": float(cost.sent_bytes.sum()) / 1e6})
-    table = repredicted(tmp_path / "results", ["h"], tmp_path / "params.yaml").set_index("method")
-    h = cluster_from_dict(doc)
-    for method in ("ddp", "ps", "daso"):  # the work recovered exactly: today's model on it, epochs of 10 steps
-        assert table.loc[method, "new_sim_step_ms"] == pytest.approx(
-            step_cost(method, h, work, epoch_steps=10).step_time_us / 1e3, abs=1e-4)
-    assert table.loc["daso", "new_error"] == pytest.approx((table.loc["daso", "new_sim_step_ms"] - 1.0) / 1.0, abs=1e-4)
-    with pytest.raises(DataParallelError, match="clusters"):  # equal speeds: computation and update inseparable
-        repredicted(tmp_path / "results", ["e"], tmp_path / "params.yaml")
+    runs = {"h-hps": {"family": "data parallel", "method": "hps", "real_step_ms": 50.0, "sim_step_ms": 40.0,
+                      "sim_compute_ms": 20.0, "real_compute_ms": 30.0},
+            "h-tapp": {"family": "pipeline", "method": "tapp", "real_step_ms": 40.0, "sim_step_ms": 44.0}}
+    for name, doc in runs.items():
+        write_json(tmp_path / "measure" / "m" / f"{name}.metrics.json", {"model": "m", "cluster": "h", **doc})
+    table = measured(tmp_path)
+    assert table["method"].tolist() == ["tapp", "hps"]  # by measured step time
+    assert table["error"].tolist() == [0.1, -0.2]
+    assert table.loc[1, "real_compute_ms"] == 30.0 and table.loc[1, "sim_compute_ms"] == 20.0
+    assert table.loc[0, ["sim_compute_ms", "real_compute_ms"]].isna().all()

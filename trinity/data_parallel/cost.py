@@ -121,6 +121,18 @@ def _nodes(cluster: Cluster) -> list[list[int]]:
     return list(names.values())
 
 
+def _shares(method: str, speeds: np.ndarray, batch: int) -> np.ndarray:
+    """Samples per device: in proportion to speed for H-PS, equal for the others."""
+    return np.array(batch_shares(list(speeds) if method == "hps" else [1.0] * len(speeds), batch), dtype=float)
+
+
+def compute_us(method: str, cluster: Cluster, work: DataParallelWork) -> np.ndarray:
+    """Each device's forward and backward of its share of the batch, per step: `step_cost`'s computation term
+    (the measure stage records it beside the ranks' own compute timers)."""
+    speeds = np.array([d.speed for d in cluster.devices], dtype=float)
+    return work.us_per_sample * _shares(method, speeds, work.batch) / speeds
+
+
 def step_cost(method: str, cluster: Cluster, work: DataParallelWork, *, global_skip: int = 4, wait: int = 1,
               bits: int = 8, epoch_steps: int | None = None) -> StepCost:
     """One step of ``method`` (ddp, ps, daso, hps) on ``cluster``: time, exposed communication, bytes, memory;
@@ -136,10 +148,8 @@ def step_cost(method: str, cluster: Cluster, work: DataParallelWork, *, global_s
         raise DataParallelError(f"must be at least one sample per device ({P}), got {work.batch}", field="batch")
     speeds = np.array([d.speed for d in cluster.devices], dtype=float)
     n = float(work.param_bytes)
-    equal = np.array(batch_shares([1.0] * P, work.batch), dtype=float)
-    shares = np.array(batch_shares(list(speeds), work.batch), dtype=float) if method == "hps" else equal
-    compute = work.us_per_sample * shares / speeds
-    t_compute = float(compute.max())
+    shares = _shares(method, speeds, work.batch)
+    t_compute = float(compute_us(method, cluster, work).max())
     sent = np.zeros(P)
     recv = np.zeros(P)
     memory = n * (2 + work.optimizer_slots) + work.activation_bytes_per_sample * shares

@@ -64,4 +64,6 @@ def measure_step(method: str, cluster: Cluster, model: str, batch: int, *, steps
             "sent_bytes_per_step": result["sent_bytes"] / total_steps,
             "sent_bytes_per_rank_per_step": [b / total_steps for b in result["sent_bytes_per_rank"]],
             "compute_s_per_rank": result["compute_s_per_rank"], "shares": result["shares"],
+            # forward and backward per step, both epochs (DDP's include the all-reduces its hooks start)
+            "compute_us_per_step_per_rank": [c / total_steps * 1e6 for c in result["compute_s_per_rank"]],
             "loss": [warm["val_loss"], timed["val_loss"]]}

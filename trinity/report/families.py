@@ -78,59 +78,19 @@ def errors(table: pd.DataFrame) -> pd.DataFrame:
 
 def measured(results_dir: Path) -> pd.DataFrame:
     """Every real run of the measure stages (``results/measure/<model>/<cluster>-<method>.metrics.json``) with
-    its prediction: one row per run, sorted by measured step time within each model x cluster."""
+    its prediction: one row per run, sorted by measured step time within each model x cluster; data-parallel
+    runs also carry the cost model's computation term and the slowest rank's measured forward and backward."""
     rows = []
     for path in sorted((Path(results_dir) / "measure").glob("*/*-*.metrics.json")):  # <cluster>-<method>
         m = read_json(path)
         real, sim = m.get("real_step_ms"), m.get("sim_step_ms")
         rows.append({"model": m["model"], "cluster": m["cluster"], "family": m["family"], "method": m["method"],
                      "sim_step_ms": sim, "real_step_ms": real,
-                     "error": None if real is None else (sim - real) / real, "plan": m.get("plan", "")})
+                     "error": None if real is None else (sim - real) / real,
+                     # data parallelism's computation term against the slowest rank's own timers
+                     "sim_compute_ms": m.get("sim_compute_ms"), "real_compute_ms": m.get("real_compute_ms"),
+                     "plan": m.get("plan", "")})
     table = pd.DataFrame(rows)
     if len(table):
         table = table.sort_values(["model", "cluster", "real_step_ms"]).reset_index(drop=True)
     return table.round(4)
-
-
-def repredicted(results_dir: Path, clusters: list[str], params: Path = Path("params.yaml")) -> pd.DataFrame:
-    """The data-parallel real runs on ``clusters`` (``measured``) beside today's cost model's prediction of each
-    (``new_sim_step_ms``, over the epochs the runs time), where the layer profile they were predicted from is not
-    at hand (it is a DVC output).
-
-    The work is recovered from the committed predictions of DDP and the parameter server on the same model and
-    cluster: in every version of the model each is computation + exposed communication + the optimizer step (on
-    the slowest device for DDP, on the server for the PS), so step x (1 - comm share) gives two equations in the
-    time per sample and the optimizer step's, which need the slowest device's speed to differ from the server's;
-    parameter bytes are DDP's predicted bytes / 2 (P - 1). Clusters, batches and steps per epoch: ``params``.
-    """
-    import yaml
-
-    from trinity.cluster import cluster_from_dict
-    from trinity.data_parallel import DataParallelError, DataParallelWork, batch_shares, step_cost
-
-    cfg = yaml.safe_load(Path(params).read_text())
-    table = measured(results_dir)
-    dp = table[(table["family"] == "data parallel") & table["cluster"].isin(clusters)] if len(table) else table
-    steps, rows = int(cfg["pipeline_parallel"]["measure"]["steps"]), []
-    for (model, name), runs in dp.groupby(["model", "cluster"], sort=False):
-        cluster = cluster_from_dict(cfg["clusters"][name], f"clusters.{name}")
-        speeds, P = np.array([d.speed for d in cluster.devices]), cluster.n_devices
-        batch = int(cfg["models"][model]["batch"])
-        given = {m: read_json(Path(results_dir) / "measure" / model / f"{name}-{m}.metrics.json")
-                 for m in ("ddp", "ps")}
-        slowest, server = 1.0 / speeds.min(), 1.0 / speeds[0]
-        if np.isclose(slowest, server):
-            raise DataParallelError(f"{name}: the slowest device is as fast as the server, so DDP's and the "
-                                    f"parameter server's predictions cannot separate computation from the "
-                                    f"optimizer step", field="clusters")
-        rest = {m: g["sim_step_ms"] * 1e3 * (1.0 - g["sim_comm_share"]) for m, g in given.items()}
-        update_us = (rest["ddp"] - rest["ps"]) / (slowest - server)
-        per_sample = (rest["ddp"] - update_us * slowest) / max(np.array(batch_shares([1.0] * P, batch)) / speeds)
-        work = DataParallelWork(us_per_sample=float(per_sample), batch=batch, update_us=float(update_us),
-                                param_bytes=given["ddp"]["sim_sent_MB_per_step"] * 1e6 / (2 * (P - 1)))
-        for _, run in runs.iterrows():
-            new = step_cost(run["method"], cluster, work, epoch_steps=steps).step_time_us / 1e3
-            rows.append({"model": model, "cluster": name, "method": run["method"], "sim_step_ms": run["sim_step_ms"],
-                         "new_sim_step_ms": new, "real_step_ms": run["real_step_ms"], "error": run["error"],
-                         "new_error": (new - run["real_step_ms"]) / run["real_step_ms"]})
-    return pd.DataFrame(rows).round(4)

@@ -1,0 +1,53 @@
+"""benchmarks/families_repeat.py: which runs it repeats, the table of both rounds, and its refusals."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trinity.fileio import write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("families_repeat", ROOT / "benchmarks" / "families_repeat.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_jobs_are_the_measure_stages_matrices():
+    params = {"run": {"pipeline_parallel": {"models": ["m"], "methods": ["tapp", "dp"]},
+                      "data_parallel": {"methods": ["ddp"]}},
+              "pipeline_parallel": {"measure": {"clusters": ["a", "b"]}}}
+    assert _script().jobs(params) == [("m", "a", "tapp", True), ("m", "a", "dp", True), ("m", "a", "ddp", False),
+                                      ("m", "b", "tapp", True), ("m", "b", "dp", True), ("m", "b", "ddp", False)]
+
+
+def test_table_puts_both_rounds_side_by_side_with_their_spread(tmp_path):
+    def run(root, method, real, sim=100.0):
+        write_json(root / "measure" / "m" / f"a-{method}.metrics.json", {
+            "model": "m", "cluster": "a", "family": "pipeline", "method": method, "real_step_ms": real,
+            "sim_step_ms": sim})
+    run(tmp_path / "first", "tapp", 100.0)
+    run(tmp_path / "second", "tapp", 125.0)
+    run(tmp_path / "first", "even", 80.0)  # not repeated: left out
+    row = _script().table(tmp_path / "first", tmp_path / "second").iloc[0]
+    assert row["method"] == "tapp" and row["real_step_ms_repeat"] == 125.0
+    assert row["spread"] == pytest.approx(0.2222, abs=1e-4)  # 25 / 112.5
+    assert row["error"] == 0.0 and row["error_repeat"] == pytest.approx(-0.2)
+
+
+def test_a_missing_plan_is_one_line_naming_the_command(tmp_path):
+    doc = {"run": {"pipeline_parallel": {"models": ["m"], "methods": ["tapp"]}, "data_parallel": {"methods": []}},
+           "pipeline_parallel": {"measure": {"clusters": ["a"]}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(doc))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "families_repeat.py"), "--results", "results",
+                           "--work", "work"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: --results: results/partition/m/a-tapp-s0 is not here (a DVC output): run `dvc repro partition` first"]
