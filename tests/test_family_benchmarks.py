@@ -1,4 +1,5 @@
-"""benchmarks/families_repeat.py: which runs it repeats, the table of both rounds, and its refusals."""
+"""benchmarks/families_repeat.py (which runs it repeats, the table of both rounds, its refusals) and
+benchmarks/dp_compute_term.py's refusal."""
 
 import importlib.util
 import subprocess
@@ -51,3 +52,16 @@ def test_a_missing_plan_is_one_line_naming_the_command(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         "error: --results: results/partition/m/a-tapp-s0 is not here (a DVC output): run `dvc repro partition` first"]
+
+
+def test_dp_compute_term_refuses_a_missing_layer_profile_in_one_line(tmp_path):
+    doc = {"paths": {"data": "data", "results": "results"},
+           "clusters": {"a": {"name": "a", "devices": [{"name": "d0", "speed": 1.0, "memory_GB": 1}]}},
+           "run": {"pipeline_parallel": {"models": ["m"]}, "data_parallel": {"methods": ["ddp"]}},
+           "pipeline_parallel": {"measure": {"clusters": ["a"], "steps": 10}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(doc))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dp_compute_term.py")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: layers: data/m/layers/profile.json is not here (a DVC output): run `dvc repro layers` first"]
