@@ -29,7 +29,7 @@ STEPS = 30
 
 
 def _time_steps(core: int, model: str, batch: int, share: int, out: mp.Queue) -> None:
-    """One process on ``core``: median wall and thread-CPU ms of ``share`` samples' forward and backward."""
+    """One process on ``core``: median wall ms of ``share`` samples' forward and backward."""
     import torch
 
     from trinity.export.torch_graph import build_torch_model
@@ -42,14 +42,13 @@ def _time_steps(core: int, model: str, batch: int, share: int, out: mp.Queue) ->
     for _ in range(3):  # warm up allocations before timing
         module.zero_grad(set_to_none=False)
         built.loss_fn(module(x), y).backward()
-    wall, cpu = [], []
+    wall = []
     for _ in range(STEPS):
-        t, c = time.perf_counter(), time.thread_time()
+        t = time.perf_counter()
         module.zero_grad(set_to_none=False)
         built.loss_fn(module(x), y).backward()
         wall.append(time.perf_counter() - t)
-        cpu.append(time.thread_time() - c)
-    out.put((sorted(wall)[STEPS // 2] * 1e3, sorted(cpu)[STEPS // 2] * 1e3))
+    out.put(sorted(wall)[STEPS // 2] * 1e3)
 
 
 def whole_step_ms(model: str, batch: int, share: int, cores: list[int], timeout_s: float = 600.0) -> list[float]:
@@ -59,7 +58,7 @@ def whole_step_ms(model: str, batch: int, share: int, cores: list[int], timeout_
     for p in procs:
         p.start()
     try:
-        return [out.get(timeout=timeout_s)[0] for _ in procs]
+        return [out.get(timeout=timeout_s) for _ in procs]
     finally:
         for p in procs:
             p.join(timeout=10)
@@ -81,13 +80,13 @@ def main() -> None:
     params = yaml.safe_load(Path("params.yaml").read_text())
     clusters = {n: cluster_from_dict(params["clusters"][n], f"clusters.{n}")
                 for n in params["pipeline_parallel"]["measure"]["clusters"]}
+    ranks = next(iter(clusters.values())).n_devices  # the local clusters' ranks, one share each
     rows = []
     for model in params["run"]["pipeline_parallel"]["models"]:
         path = Path(params["paths"]["data"]) / model / "layers" / "profile.json"
         if not path.is_file():
             raise TrinityError(f"{path} is not here (a DVC output): run `dvc repro layers` first", field="layers")
         work = DataParallelWork.from_layers(LayerProfile.load(path))
-        ranks = next(iter(clusters.values())).n_devices
         share = work.batch // ranks
         alone = whole_step_ms(model, work.batch, share, [0])[0]
         together = sorted(whole_step_ms(model, work.batch, share, [r % 2 for r in range(ranks)]))
