@@ -1,12 +1,14 @@
-"""The data-parallel cost model's computation term against a whole training step measured on its own.
+"""The data-parallel cost model's computation term: the layer profile's sum against a whole training step
+measured on its own, and what running ranks two to a core adds.
 
-The cost model prices a rank's forward and backward as the layer profile's per-sample sum x its share of
-the batch / its speed (speed 0.5: two ranks time-sliced on each core). For each model of the families
-comparison this times, with one torch thread per process, a whole forward and backward of one rank's share
-(``zero_grad``, loss and all; median of 30 steps): in one process alone, and in 4 processes pinned two to a
-core as the local clusters run them. Then, beside the committed real data-parallel runs, what the cost model
-predicts with its computation term taken from the whole step alone, and also with that step's co-run
-slowdown: a what-if from measurements made here, nothing fitted to the runs.
+The cost model prices a rank's forward and backward by the `whole_step` stage's profile at its share of the
+batch / its speed (speed 0.5: two ranks time-sliced on each core); before that profile it took the layer
+profile's per-sample sum x the share. For each model of the families comparison this times, with one torch
+thread per process, a whole forward and backward of one rank's share (``zero_grad``, loss and all; median of
+30 steps): in one process alone, and in 4 processes pinned two to a core as the local clusters run them.
+Then, beside the committed real data-parallel runs, what the cost model predicts with its computation term
+from the layer profile, from the whole step alone, and from the whole step with its co-run slowdown (a term
+the model leaves out): measurements made here, nothing fitted to the runs.
 
     make dp-compute-term    # -> reports/dp_compute_term.csv (needs the layer profiles; ~10 s)
 """
@@ -16,7 +18,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import pandas as pd
 import yaml
 
 from trinity.errors import TrinityError, run_main
+from trinity.profile.whole_step import time_whole_step
 
 STEPS = 30
 
@@ -38,17 +40,7 @@ def _time_steps(core: int, model: str, batch: int, share: int, out: mp.Queue) ->
     torch.set_num_threads(1)
     torch.manual_seed(0)
     built, _, _ = build_torch_model(model, batch)
-    module, x, y = built.module, built.example_inputs[0][:share], built.targets[:share]
-    for _ in range(3):  # warm up allocations before timing
-        module.zero_grad(set_to_none=False)
-        built.loss_fn(module(x), y).backward()
-    wall = []
-    for _ in range(STEPS):
-        t = time.perf_counter()
-        module.zero_grad(set_to_none=False)
-        built.loss_fn(module(x), y).backward()
-        wall.append(time.perf_counter() - t)
-    out.put(sorted(wall)[STEPS // 2] * 1e3)
+    out.put(time_whole_step(built, share, STEPS, warmup=3) / 1e3)
 
 
 def whole_step_ms(model: str, batch: int, share: int, cores: list[int], timeout_s: float = 600.0) -> list[float]:

@@ -168,10 +168,10 @@ def test_mlflow_has_one_parent_with_a_finished_child_per_job(smoke):
     # 3 exports and profiles (tiny_cnn, transformer_lm, the regime's layered12), 2 embeddings, 7 placers and
     # 4 searches, the regime's 2 placers and 2 searches, validate, 4 data-parallel trainings, a layer profile,
     # 4 pipeline plans and 4 data-parallel methods measured for real on the model, the large pipeline case's
-    # layer profile and plan, the families, report
+    # layer profile and plan, the model's whole-step profile, the families, report
     assert sorted(children["tags.trinity.stage"].value_counts().items()) == [
         ("embed", 2), ("export", 3), ("families", 1), ("layers", 2), ("measure", 8), ("partition", 5),
-        ("profile", 3), ("report", 1), ("search", 15), ("train", 4), ("validate", 1)]
+        ("profile", 3), ("report", 1), ("search", 15), ("train", 4), ("validate", 1), ("whole_step", 1)]
     assert set(children["status"]) == {"FINISHED"}
     trinity = children[children["tags.mlflow.runName"] == "search/tiny_cnn-p100x2-trinity-s0"]
     assert trinity["params.method.search.iterations"].iloc[0] == "4"

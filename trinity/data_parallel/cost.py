@@ -2,7 +2,9 @@
 
 The model is given by plain numbers (`DataParallelWork`): compute time per sample on a speed-1 device,
 parameter bytes, activation bytes per sample. Device i of speed v_i computes its share s_i in
-``us_per_sample * s_i / v_i``; a transfer of b bytes from s to d takes ``latency[s, d] + b / bandwidth[s, d]``.
+``us_per_sample * s_i / v_i``, or, where the work carries a `WholeStepProfile` (the whole step timed
+on its own at several sample counts), in ``whole_step.us(s_i) / v_i``. A transfer of b bytes from s to d
+takes ``latency[s, d] + b / bandwidth[s, d]``.
 
 * ddp: equal shares; a ring all-reduce of the gradients over all devices in index order, after the
   computation: 2 (P - 1) steps, each as slow as the ring's slowest edge, 2 (P - 1) / P * n bytes each.
@@ -18,6 +20,9 @@ parameter bytes, activation bytes per sample. Device i of speed v_i computes its
 * hps: shares in proportion to speed (`batch_shares`); the exchange (the push at 32 bits, the server's
   optimizer step, the pull at ``bits``) runs on a background thread beside the next step's computation,
   so a step takes the longer of the two; the server's step is part of the exchange, so hidden with it.
+  With a whole-step profile the exchange's own CPU (the server's step and quantizing, the workers'
+  dequantizing) is measured: it lengthens the exchange (`_exchange_cpu_us`), and, hidden from the wall
+  clock but not from the processor, it is added to its rank's computation (`compute_us`).
 
 Epochs (``epoch_steps``). Left out, DASO and H-PS are costed in their endless steady state: one global
 sum per B steps, every exchange hidden behind a computation. Given, a step is the mean over an epoch of
@@ -41,6 +46,7 @@ from trinity.data_parallel.config import DataParallelError
 from trinity.data_parallel.daso import epoch_plan
 from trinity.data_parallel.hps import batch_shares
 from trinity.data_parallel.strategies import METHODS
+from trinity.profile.whole_step import WholeStepProfile
 from trinity.step_cost import StepCost
 
 
@@ -54,16 +60,29 @@ class DataParallelWork:
     activation_bytes_per_sample: float = 0.0
     optimizer_slots: int = 1  # SGD with momentum: 1 buffer per parameter
     update_us: float = 0.0  # the optimizer step on a speed-1 device, once the gradients are in
+    # the whole forward and backward timed at several sample counts: the computation term where given
+    whole_step: WholeStepProfile | None = None
 
     @classmethod
-    def from_layers(cls, profile, batch: int | None = None) -> "DataParallelWork":
-        """A `trinity.profile.layers.LayerProfile` (measured at its own batch) reduced to these numbers."""
+    def from_layers(cls, profile, batch: int | None = None,
+                    whole_step: WholeStepProfile | None = None) -> "DataParallelWork":
+        """A `trinity.profile.layers.LayerProfile` (measured at its own batch) reduced to these numbers,
+        with the model's `WholeStepProfile` as its computation term where given."""
         layers = profile.layers
+        if whole_step is not None and whole_step.model != profile.model:
+            raise DataParallelError(f"is of model {whole_step.model!r}, the layer profile of {profile.model!r}",
+                                    field="whole_step")
         return cls(us_per_sample=sum(x.compute_us for x in layers) / profile.batch,
                    param_bytes=float(sum(x.param_bytes for x in layers)),
                    batch=int(profile.batch if batch is None else batch),
                    activation_bytes_per_sample=sum(x.saved_bytes for x in layers) / profile.batch,
-                   update_us=float(sum(x.update_us for x in layers)))
+                   update_us=float(sum(x.update_us for x in layers)), whole_step=whole_step)
+
+    def forward_backward_us(self, samples: float) -> float:
+        """Forward and backward of ``samples`` samples on a speed-1 device."""
+        if self.whole_step is not None:
+            return self.whole_step.us(samples)
+        return self.us_per_sample * samples
 
     def validate(self) -> "DataParallelWork":
         for name in ("us_per_sample", "param_bytes"):
@@ -127,10 +146,27 @@ def _shares(method: str, speeds: np.ndarray, batch: int) -> np.ndarray:
 
 
 def compute_us(method: str, cluster: Cluster, work: DataParallelWork) -> np.ndarray:
-    """Each device's forward and backward of its share of the batch, per step: `step_cost`'s computation term
-    (the measure stage records it beside the ranks' own compute timers)."""
+    """Each device's computation per step, at its speed: `step_cost`'s computation term (the measure stage
+    records it beside the ranks' own compute timers). The forward and backward of its share of the batch;
+    for H-PS also the CPU of the exchange that its background thread runs meanwhile on the same core (the
+    whole-step profile's, the server's on device 0), which overlapping hides from the wall clock but not
+    from the processor."""
     speeds = np.array([d.speed for d in cluster.devices], dtype=float)
-    return work.us_per_sample * _shares(method, speeds, work.batch) / speeds
+    busy = np.array([work.forward_backward_us(s) for s in _shares(method, speeds, work.batch)])
+    if method == "hps" and work.whole_step is not None:
+        busy[0] += work.whole_step.server_exchange_us
+        busy[1:] += work.whole_step.worker_exchange_us
+    return busy / speeds
+
+
+def _exchange_cpu_us(work: DataParallelWork, speeds: np.ndarray, update: float) -> float:
+    """The H-PS exchange's own computation, on its critical path after the transfers: the server's step
+    (``update``), or with a whole-step profile the server's measured CPU (its step, quantizing, dequantizing)
+    and then the slowest worker's (dequantizing what it received)."""
+    if work.whole_step is None:
+        return update
+    workers = work.whole_step.worker_exchange_us / speeds[1:]
+    return work.whole_step.server_exchange_us / speeds[0] + (float(workers.max()) if len(workers) else 0.0)
 
 
 def step_cost(method: str, cluster: Cluster, work: DataParallelWork, *, global_skip: int = 4, wait: int = 1,
@@ -169,7 +205,7 @@ def step_cost(method: str, cluster: Cluster, work: DataParallelWork, *, global_s
         memory[0] += n * (1 + work.optimizer_slots)  # the master copy and its optimizer
         comm = t_up + t_down
         if method == "hps":  # the exchange, the server's step included, beside the next step's computation
-            exchange = comm + update
+            exchange = comm + _exchange_cpu_us(work, speeds, update)
             step = max(t_compute, exchange)
             if epoch_steps is not None:  # an epoch of E steps takes E longer ones and one shorter one
                 step += min(t_compute, exchange) / epoch_steps

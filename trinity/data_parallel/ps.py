@@ -22,6 +22,9 @@ gradient: the same bytes on the server's port when every other worker is on anot
 
 from __future__ import annotations
 
+import statistics
+import time
+
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
@@ -98,3 +101,26 @@ class ParameterServer:
                 for p, saved in zip(self.master, state["master"]):
                     p.copy_(saved)
             self.optimizer.load_state_dict(state["optimizer"])
+
+
+def exchange_cpu_us(model: torch.nn.Module, bits: int | None = None, *, steps: int = 20,
+                    warmup: int = 3) -> tuple[float, float]:
+    """One exchange's own CPU time besides communication, median microseconds: (the server's, a worker's).
+
+    Run in this process with a world of one, where every collective is a no-op: as rank 0 it is the
+    server's part (copying the gradient into its master copy, the optimizer step, quantizing each tensor,
+    dequantizing); as rank 1 a worker's (dequantizing what it receives). H-PS runs this on each rank's
+    background thread, beside the next step's computation, on the same core."""
+    grad = parameters_to_vector([p.detach() for p in model.parameters()]).clone()
+    out = []
+    for rank in (0, 1):
+        ps = ParameterServer(model, Comm(rank, 1, 1), lr=0.0, momentum=0.0)  # lr 0: the copy stays put
+        cpu = []
+        for i in range(warmup + steps):
+            t = time.thread_time()
+            ps.exchange(grad, bits)
+            if i >= warmup:
+                cpu.append(time.thread_time() - t)
+        ps.comm.close()
+        out.append(statistics.median(cpu) * 1e6)
+    return out[0], out[1]

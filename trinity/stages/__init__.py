@@ -23,8 +23,8 @@ from trinity.errors import TrinityError
 from trinity.stages import config
 from trinity.track import PARENT_ENV, MLflowTracker, end_status, open_store
 
-STAGES = ("export", "profile", "embed", "search", "validate", "train", "layers", "partition", "measure", "families",
-          "report")
+STAGES = ("export", "profile", "embed", "search", "validate", "train", "layers", "whole_step", "partition", "measure",
+          "families", "report")
 
 
 def experiment_name(cfg: DictConfig) -> str:

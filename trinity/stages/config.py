@@ -290,7 +290,7 @@ def flat_params(cfg: DictConfig, j: Job, stage: str) -> dict[str, Any]:
                     "data_parallel": OmegaConf.to_container(cfg.data_parallel, resolve=True)}
     if stage == "families":
         sections["families"] = OmegaConf.to_container(cfg.run.families, resolve=True)
-    if stage in ("layers", "partition", "measure"):
+    if stage in ("layers", "whole_step", "partition", "measure"):
         sections["pipeline_parallel"] = OmegaConf.to_container(cfg.pipeline_parallel, resolve=True)
     if stage in ("partition", "measure"):
         sections["method"] = OmegaConf.to_container(cfg.methods[j.method])
@@ -347,6 +347,10 @@ def train_config(cfg: DictConfig):
 
 def layers_file(cfg: DictConfig, model: str) -> Path:
     return Path(cfg.paths.data) / model / "layers" / "profile.json"
+
+
+def whole_step_file(cfg: DictConfig, model: str) -> Path:
+    return Path(cfg.paths.data) / model / "whole_step" / "profile.json"
 
 
 def partition_dir(cfg: DictConfig, j: Job) -> Path:

@@ -2,10 +2,10 @@
 
 Op placement: the placers of run.families.placers on the model's profiled op graph (and the searches
 of the search stage where they ran on that cluster); pipelines: the partition stage's plans (mean over
-seeds); data parallelism: the data-parallel cost model on the layer profile. The winner per cluster is
-named. On the clusters of local ranks (``pipeline_parallel.measure.clusters``) every pipeline and
-data-parallel entry carries its real step time from the measure stages, and the measured winner is named
-beside the predicted one. Out: ``results/families/<model>.json``.
+seeds); data parallelism: the data-parallel cost model on the layer profile, with the whole-step profile
+as its computation term. The winner per cluster is named. On the clusters of local ranks
+(``pipeline_parallel.measure.clusters``) every pipeline and data-parallel entry carries its real step time
+from the measure stages, and the measured winner is named beside the predicted one. Out: ``results/families/<model>.json``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,14 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     from trinity.families import FamilyEntry, data_parallel_entries, op_placement_entries, op_scale, winner
     from trinity.graph import load_graph
     from trinity.profile.layers import LayerProfile
+    from trinity.profile.whole_step import WholeStepProfile
     from trinity.step_cost import StepCost
 
     fam = cfg.run.families
     graph = load_graph(config.require(config.profiled_file(cfg, job.model), "profile", job.model))
     profile = LayerProfile.load(config.require(config.layers_file(cfg, job.model), "layers", job.model))
+    whole_step = WholeStepProfile.load(config.require(config.whole_step_file(cfg, job.model), "whole_step",
+                                                      job.model))
     scale = op_scale(graph, profile)
     print(f"{job.model}: op times x {scale:.3f}, to the layer profile's total compute")
     cases = []
@@ -46,7 +49,8 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
         measured_here = name in cfg.pipeline_parallel.measure.clusters
         # on clusters run for real, the epochs the real runs time; elsewhere the steady state
         epoch_steps = int(cfg.pipeline_parallel.measure.steps) if measured_here else None
-        entries += data_parallel_entries(profile, cluster, list(cfg.run.data_parallel.methods), epoch_steps)
+        entries += data_parallel_entries(profile, cluster, list(cfg.run.data_parallel.methods), epoch_steps,
+                                        whole_step)
         top = winner(entries)
         rows = [e.row() for e in entries]
         if measured_here:

@@ -94,10 +94,13 @@ def _data_parallel(cfg, job, cluster, model_name, profile, options, out) -> dict
     from trinity.data_parallel import DataParallelWork, step_cost
     from trinity.data_parallel.cost import compute_us
     from trinity.data_parallel.measure import measure_step
+    from trinity.profile.whole_step import WholeStepProfile
 
     m = cfg.pipeline_parallel.measure
     method = str(cfg.methods[job.method].method)
-    work = DataParallelWork.from_layers(profile)
+    whole_step = WholeStepProfile.load(config.require(config.whole_step_file(cfg, job.model), "whole_step",
+                                                      job.model))
+    work = DataParallelWork.from_layers(profile, whole_step=whole_step)
     # the run times one epoch of m.steps steps, which ends with every rank equal: costed as such
     predicted = step_cost(method, cluster, work, epoch_steps=int(m.steps))
     measured = measure_step(method, cluster, model_name, profile.batch, steps=int(m.steps), out_dir=out,
@@ -110,7 +113,7 @@ def _data_parallel(cfg, job, cluster, model_name, profile, options, out) -> dict
             "sim_comm_share": predicted.comm_share, "real_sent_MB_per_step": measured["sent_bytes_per_step"] / 1e6,
             "sim_sent_MB_per_step": float(predicted.sent_bytes.sum()) / 1e6,
             "sim_memory_MB": [b / 1e6 for b in predicted.memory_bytes], "loss": measured["loss"][-1],
-            # the computation term against the ranks' own timers, on the slowest rank: what an exchange
-            # overlapped with computation costs it (a term the cost model leaves out)
+            # the computation term against the ranks' own timers, on the slowest rank: the whole step
+            # profile's share, with H-PS's exchange CPU on the same core
             "real_compute_ms": max(measured["compute_us_per_step_per_rank"]) / 1e3,
             "sim_compute_ms": float(compute_us(method, cluster, work).max()) / 1e3}
