@@ -260,7 +260,7 @@ worker-semantics: $(STAMP)  ## the two worker terms of the simulator, on fresh c
 	$(PY) benchmarks/worker_semantics.py
 
 # every real run of the families comparison a second time, beside the committed one: the measurements' noise
-# (benchmarks/families_repeat.py; needs the partition stage's plans and the layer profiles)
+# (benchmarks/families_repeat.py; needs the partition stage's plans, the layer and the whole-step profiles)
 families-repeat: $(STAMP)  ## the families' real runs again: spread between two runs of one plan (~13 min)
 	$(PY) benchmarks/families_repeat.py
 

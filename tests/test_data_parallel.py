@@ -253,6 +253,15 @@ def test_killed_worker_stops_run_keeps_checkpoint_and_leaves_nothing(tmp_path):
     assert left == []
     r = train("daso", seed=0, config=cfg, out_dir=tmp_path, timeout_s=60, resume=True)  # a rerun resumes
     assert r["resumed_from_epoch"] == 1 and [c["epoch"] for c in r["curve"]] == [0, 1, 2]
+    # its byte counts are the whole run's, as an uninterrupted run counts them (DASO's are deterministic)
+    whole = train("daso", seed=0, config=cfg, out_dir=tmp_path / "whole", timeout_s=60)
+    assert r["sent_bytes_per_rank"] == whole["sent_bytes_per_rank"] and r["sent_bytes"] > 0
+    # a checkpoint without the counters (an older one) is refused rather than resumed with bytes lost
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    del state["sent_bytes_per_rank"]
+    torch.save(state, tmp_path / "checkpoint.pt")
+    with pytest.raises(WorkerError, match="byte counters"):
+        train("daso", seed=0, config=cfg, out_dir=tmp_path, timeout_s=60, resume=True)
 
 
 def test_time_to_target_and_config_errors():

@@ -100,6 +100,11 @@ def test_the_smoke_report_shows_only_its_own_run_and_says_what_ran(smoke):
     assert set(pd.read_csv(smoke / "reports" / "families.csv")["model"]) == {"transformer_lm"}
 
 
+def test_finished_trainings_leave_no_checkpoint_to_resume(smoke):
+    folders = sorted((smoke / "runs").glob("train-*"))  # a rerun with changed code must train afresh
+    assert len(folders) == 4 and not [f for f in folders if (f / "checkpoint.pt").exists()]
+
+
 def test_smoke_leaves_every_report(smoke):
     reports = smoke / "reports"
     for name in ("table3.csv", "table3.md", "table4.csv", "table4.md", "table5.csv", "table5.md", "REPORT.md",

@@ -114,11 +114,13 @@ class Comm:
         """Run ``fn`` on the background thread (a parameter-server exchange: reduce, update, broadcast)."""
         return self._pool.submit(fn)
 
-    def world_sum(self, values: list[float]) -> list[float]:
-        """Sum small float vectors over all ranks (metrics, speeds)."""
+    def world_sum(self, values: list[float], *, count: bool = True) -> list[float]:
+        """Sum small float vectors over all ranks (metrics, speeds); ``count=False`` leaves the bytes out of
+        the counter (the counters' own bookkeeping)."""
         t = torch.tensor(values, dtype=torch.float64)
         if self.world > 1:
-            self.sent_bytes += ring_allreduce_bytes(t.numel() * t.element_size(), self.world)
+            if count:
+                self.sent_bytes += ring_allreduce_bytes(t.numel() * t.element_size(), self.world)
             dist.all_reduce(t, group=self._world_group)
         return t.tolist()
 

@@ -83,6 +83,11 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
         start_epoch, elapsed_before = state["epoch"] + 1, state["elapsed_s"]
     slowdown = cfg.slowdown if rank in cfg.slow_ranks else 1.0
     compute_s, overhead_s, global_step = 0.0, 0.0, 0
+    if start_epoch:  # the counters of the epochs before, so a resumed run reports the whole run's
+        if "sent_bytes_per_rank" not in state:
+            raise DataParallelError(f"{ckpt} holds no byte counters (an older checkpoint): delete it to train "
+                                    f"afresh", field="checkpoint")
+        comm.sent_bytes, compute_s = state["sent_bytes_per_rank"][rank], state["compute_s_per_rank"][rank]
     dist.barrier()
     t0 = time.perf_counter() - elapsed_before
 
@@ -118,6 +123,9 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
         epoch_losses.append(train_loss)
         strategy.end_epoch(train_loss)
         now = clock()
+        # every rank's counters into the checkpoint (bookkeeping, not the method's traffic: not counted)
+        counters = comm.world_sum([comm.sent_bytes if r == rank else 0.0 for r in range(world)]
+                                  + [compute_s if r == rank else 0.0 for r in range(world)], count=False)
         if rank == 0:
             te = time.perf_counter()
             val_loss, val_acc = _evaluate(task, data.x_val, data.y_val)
@@ -125,7 +133,8 @@ def worker(method: str, seed: int, cfg: TrainConfig, out_dir: Path, *, resume: b
                           "val_acc": val_acc})
             _save(ckpt, {"epoch": epoch, "elapsed_s": now, "model": model.state_dict(),
                          "strategy": strategy.state_dict(), "epoch_losses": epoch_losses, "curve": curve,
-                         "history": history})
+                         "history": history, "sent_bytes_per_rank": counters[:world],
+                         "compute_s_per_rank": counters[world:]})
             overhead_s += time.perf_counter() - te
     result: dict = {"rank": rank, "sent_bytes": comm.sent_bytes, "compute_s": compute_s}
     if dump_params:

@@ -2,7 +2,8 @@
 
 The run (trinity.data_parallel.train) checkpoints every epoch into ``runs/train-<method>-s<seed>-<digest>/``,
 outside DVC's outputs, so a killed run resumes on the next `dvc repro`; the digest covers the training
-config, so a changed setting starts afresh. Out: ``results/train/<method>-s<seed>/`` (result.json, the
+config, so a changed setting starts afresh. A finished run's checkpoint is deleted once its outputs are
+written: a rerun (its code changed) trains afresh rather than resuming the finished run. Out: ``results/train/<method>-s<seed>/`` (result.json, the
 loss curve as curve.csv) and ``<method>-s<seed>.metrics.json`` beside it.
 """
 
@@ -33,6 +34,7 @@ def run_dir(cfg: DictConfig, job: config.Job) -> Path:
 
 def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     from trinity.data_parallel import train
+    from trinity.data_parallel.train import CHECKPOINT
 
     method = cfg.methods[job.method]
     if method.kind != "data-parallel":
@@ -40,7 +42,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
                            field=f"methods.{job.method}.kind")
     train_cfg = config.train_config(cfg)
     folder = run_dir(cfg, job)
-    resume = (folder / "checkpoint.pt").exists()
+    resume = (folder / CHECKPOINT).exists()
     if resume:
         print(f"resuming {folder} from its checkpoint")
     load_before = machine_load()  # ranks are pinned to cores, but other jobs may share them: recorded
@@ -61,6 +63,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     tracker.log_metrics({k: float(v) for k, v in summary.items() if isinstance(v, (int, float))
                          and not isinstance(v, bool) and k != "seed"}, step=len(curve))
     tracker.log_artifact(out / "result.json")
+    (folder / CHECKPOINT).unlink(missing_ok=True)  # finished: its outputs hold the run now
     target = result["time_to_target_s"]
     print(f"{job.method} seed {job.seed}: validation loss {cfg.data_parallel.train.target_val_loss} "
           f"{'after %.2f s' % target if target is not None else 'never reached'}, accuracy "
