@@ -163,8 +163,9 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
     if families is not None and len(families):
         lines += ["## Every family side by side (`families.csv`)", "",
                   "Per model and cluster, each family's strategies as its own cost model predicts them on the same "
-                  "cluster (op placement: the op graph's simulator; pipelines and data parallelism: the layer "
-                  "profile), the predicted winner marked; on the clusters of local ranks every pipeline and "
+                  "cluster (op placement: the op graph's simulator; pipelines: the layer profile; data "
+                  "parallelism: the layer profile, its computation from the whole-step profile), the predicted "
+                  "winner marked; on the clusters of local ranks every pipeline and "
                   "data-parallel entry was also trained for real (`real_step_ms`) and the measured winner is "
                   "marked (op placement runs on TensorFlow workers, not on these PyTorch models).", ""]
         for (model, cluster), case in families.groupby(["model", "cluster"], sort=False):
