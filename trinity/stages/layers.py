@@ -9,6 +9,7 @@ import time
 
 from omegaconf import DictConfig, OmegaConf
 
+from trinity.runtime.runner import machine_load
 from trinity.stages import config
 
 
@@ -16,13 +17,14 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     from trinity.profile.layers import profile_layers
 
     spec, p = cfg.models[job.model], cfg.pipeline_parallel.layers
-    t0 = time.perf_counter()
+    load_before, t0 = machine_load(), time.perf_counter()  # a timing: the machine's load is recorded
     profile = profile_layers(spec.name, spec.batch, steps=int(p.steps), warmup=int(p.warmup), threads=int(p.threads),
                              **OmegaConf.to_container(spec.options))
     out = config.layers_file(cfg, job.model)
     profile.save(out)
     work_ms = sum(layer.forward_us + layer.backward_us for layer in profile.layers) / 1e3
     tracker.log_metrics({"layers/count": profile.n_layers, "layers/step_compute_ms": work_ms,
-                         "layers/seconds": time.perf_counter() - t0}, step=0)
+                         "layers/seconds": time.perf_counter() - t0,
+                         "layers/load_before": load_before, "layers/load_after": machine_load()}, step=0)
     print(f"layers {job.model}: {profile.n_layers} layers, {work_ms:.1f} ms of forward + backward at batch "
           f"{profile.batch} -> {out}")
