@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules families-repeat dp-compute-term clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules families-repeat dp-compute-term wakeup-latency clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -268,6 +268,11 @@ families-repeat: $(STAMP)  ## the families' real runs again: spread between two 
 # committed runs would be predicted at with it (benchmarks/dp_compute_term.py; needs the layer profiles)
 dp-compute-term: $(STAMP)  ## a whole training step against the layer profile's sum, as a what-if (~10 s)
 	$(PY) benchmarks/dp_compute_term.py
+
+# a gloo round trip when its thread's core is shared with busy processes, as a local cluster's ranks share
+# theirs (benchmarks/wakeup_latency.py)
+wakeup-latency: $(STAMP)  ## small-message round trips beside 0, 1, 2 busy processes on the core (~1 min)
+	$(PY) benchmarks/wakeup_latency.py
 
 # how the calibration fits its transfer model (objective, link streams tried, worker terms), each rule refitted
 # to each run's calibration measurements (and, as a what-if, to the validation's own rows of the calibration set), simulating

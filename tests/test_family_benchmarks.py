@@ -1,5 +1,5 @@
-"""benchmarks/families_repeat.py (which runs it repeats, the table of both rounds, its refusals) and
-benchmarks/dp_compute_term.py's refusal."""
+"""benchmarks/families_repeat.py (which runs it repeats, the table of both rounds, its refusals),
+benchmarks/dp_compute_term.py's refusal and benchmarks/wakeup_latency.py (a tiny run, its refusals)."""
 
 import importlib.util
 import subprocess
@@ -65,3 +65,26 @@ def test_dp_compute_term_refuses_a_missing_layer_profile_in_one_line(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         "error: layers: data/m/layers/profile.json is not here (a DVC output): run `dvc repro layers` first"]
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--sizes", "4096", "6"],
+     "error: --sizes: must be whole float32 messages, multiples of 4 bytes >= 4, got [4096, 6]"),
+    (["--rounds", "3"], "error: --rounds: must be >= 10, got 3")])
+def test_wakeup_latency_refuses_bad_arguments_in_one_line(tmp_path, args, line):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "wakeup_latency.py"), *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [line]
+
+
+def test_wakeup_latency_times_every_size_beside_0_1_2_busy_processes(tmp_path):
+    csv = tmp_path / "wakeup.csv"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "wakeup_latency.py"), "--sizes", "4096",
+                           "--rounds", "10", "--csv", str(csv)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    import pandas as pd
+
+    table = pd.read_csv(csv)
+    assert table["busy_on_core"].tolist() == [0, 1, 2] and (table["bytes"] == 4096).all()
+    assert (table["round_trip_ms"] > 0).all() and (table["round_trip_p90_ms"] >= table["round_trip_ms"]).all()
