@@ -353,6 +353,20 @@ def whole_step_file(cfg: DictConfig, model: str) -> Path:
     return Path(cfg.paths.data) / model / "whole_step" / "profile.json"
 
 
+def layer_profile(cfg: DictConfig, model: str):
+    """The layers stage's `LayerProfile` of ``model``, or an error naming the command that makes it."""
+    from trinity.profile.layers import LayerProfile
+
+    return LayerProfile.load(require(layers_file(cfg, model), "layers", model))
+
+
+def whole_step_profile(cfg: DictConfig, model: str):
+    """The whole_step stage's `WholeStepProfile` of ``model``, or an error naming the command that makes it."""
+    from trinity.profile.whole_step import WholeStepProfile
+
+    return WholeStepProfile.load(require(whole_step_file(cfg, model), "whole_step", model))
+
+
 def partition_dir(cfg: DictConfig, j: Job) -> Path:
     return Path(cfg.paths.results) / "partition" / j.model / f"{j.cluster}-{j.method}-s{j.seed}"
 

@@ -19,15 +19,12 @@ from trinity.stages import config
 def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     from trinity.families import FamilyEntry, data_parallel_entries, op_placement_entries, op_scale, winner
     from trinity.graph import load_graph
-    from trinity.profile.layers import LayerProfile
-    from trinity.profile.whole_step import WholeStepProfile
     from trinity.step_cost import StepCost
 
     fam = cfg.run.families
     graph = load_graph(config.require(config.profiled_file(cfg, job.model), "profile", job.model))
-    profile = LayerProfile.load(config.require(config.layers_file(cfg, job.model), "layers", job.model))
-    whole_step = WholeStepProfile.load(config.require(config.whole_step_file(cfg, job.model), "whole_step",
-                                                      job.model))
+    profile = config.layer_profile(cfg, job.model)
+    whole_step = config.whole_step_profile(cfg, job.model)
     scale = op_scale(graph, profile)
     print(f"{job.model}: op times x {scale:.3f}, to the layer profile's total compute")
     cases = []

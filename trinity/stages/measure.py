@@ -19,8 +19,6 @@ from trinity.stages import config
 
 
 def run(cfg: DictConfig, job: config.Job, tracker) -> None:
-    from trinity.profile.layers import LayerProfile
-
     m = cfg.pipeline_parallel.measure
     if job.cluster not in m.clusters:
         raise TrinityError(f"{job.cluster!r} is not a cluster of local ranks; those are {list(m.clusters)}",
@@ -28,7 +26,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     kind = cfg.methods[job.method].kind
     cluster = config.cluster(cfg, job.cluster)
     spec = cfg.models[job.model]
-    profile = LayerProfile.load(config.require(config.layers_file(cfg, job.model), "layers", job.model))
+    profile = config.layer_profile(cfg, job.model)
     out = config.measure_dir(cfg, job)
     options = OmegaConf.to_container(spec.options)
     load_before = machine_load()  # ranks are pinned to cores, but other jobs may share them: recorded
@@ -94,12 +92,10 @@ def _data_parallel(cfg, job, cluster, model_name, profile, options, out) -> dict
     from trinity.data_parallel import DataParallelWork, step_cost
     from trinity.data_parallel.cost import compute_us
     from trinity.data_parallel.measure import measure_step
-    from trinity.profile.whole_step import WholeStepProfile
 
     m = cfg.pipeline_parallel.measure
     method = str(cfg.methods[job.method].method)
-    whole_step = WholeStepProfile.load(config.require(config.whole_step_file(cfg, job.model), "whole_step",
-                                                      job.model))
+    whole_step = config.whole_step_profile(cfg, job.model)
     work = DataParallelWork.from_layers(profile, whole_step=whole_step)
     # the run times one epoch of m.steps steps, which ends with every rank equal: costed as such
     predicted = step_cost(method, cluster, work, epoch_steps=int(m.steps))

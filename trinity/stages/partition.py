@@ -61,9 +61,8 @@ def plan_for(cfg: DictConfig, job: config.Job, profile, cluster) -> tuple[object
 def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     from trinity.pipeline_parallel import count_plans, exhaustive_search, predict, predict_data_parallel
     from trinity.pipeline_parallel.pipedream import ReplicatedPlan, objective_us, predict_replicated
-    from trinity.profile.layers import LayerProfile
 
-    profile = LayerProfile.load(config.require(config.layers_file(cfg, job.model), "layers", job.model))
+    profile = config.layer_profile(cfg, job.model)
     cluster = config.cluster(cfg, job.cluster)
     pp = cfg.pipeline_parallel
     t0 = time.perf_counter()
