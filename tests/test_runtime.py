@@ -108,6 +108,28 @@ def test_fit_link_refuses_times_that_do_not_grow(sizes, extra):
     assert err.value.field == "link"
 
 
+def test_anchored_scales_the_profile_by_the_drift_of_the_one_worker_step():
+    from trinity.graph.ir import Edge, Op, OpGraph
+    from trinity.runtime.calibrate import anchored
+    from trinity.sim import Simulator
+
+    from conftest import make_cluster
+
+    # a 10 us, b 5 us, c 1 us, d never profiled: the whole step on worker 0 adds up to 16 us
+    g = OpGraph([Op("a", "A", 10.0, output_bytes=(8,)), Op("b", "B", 5.0), Op("c", "C", 1.0), Op("d", "D")],
+                [Edge("a", "b", 0), Edge("a", "c", 0)])
+    # profiled at 20 us a step (4 us of it outside the ops), timed at 30 beside the fit set: 1.5x slower now
+    scaled, factor = anchored(g, profiled_us=20.0, measured_us=30.0)
+    assert factor == 1.5
+    assert [op.compute_us for op in scaled.ops[:3]] == pytest.approx([15.0, 7.5, 1.5])
+    assert scaled.ops[3].compute_us is None
+    assert Simulator(scaled, make_cluster(2)).simulate(np.zeros(4, np.int64)).step_time_us == pytest.approx(24.0)
+    assert scaled.digest() == g.digest() and g.ops[0].compute_us == 10.0  # same graph, the input untouched
+    with pytest.raises(TrinityError, match=r"x3\.00\): the machine changed") as err:
+        anchored(g, profiled_us=20.0, measured_us=60.0)
+    assert err.value.field == "calibration"
+
+
 # 2. the placed and seeded GraphDef
 
 
@@ -339,6 +361,10 @@ def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
     shared = calibration["shared_machine"]
     assert shared["corun_slowdown"] >= 0 and shared["step_sync_us"] >= 0
     assert set(shared["median_us"]) == {"A", "B", "AB", "local", "both"} and calibration["load"]["after"] >= 0
+    # the fit set timed as the validation times (1 round of 1 step here), the one-worker step beside it
+    fit, anchor = calibration["transfer_fit"], calibration["anchor"]
+    assert (fit["rounds"], fit["steps"]) == (1, 1) and "single" not in fit["measured_step_us"]
+    assert anchor["placer"] == "single" and anchor["measured_step_us"] > 0 and 0.5 <= anchor["scale"] <= 2.0
     assert (table["real_q1_ms"] <= table["real_step_ms"]).all() and (table["real_step_ms"] <= table["real_q3_ms"]).all()
     assert (table["load_max"] >= table["load_min"]).all() and (table["load_min"] >= 0).all()
     from mlflow.tracking import MlflowClient

@@ -311,7 +311,10 @@ def _calibration(args, g, gd, workers, reuse: bool = True):
     else measured and written there."""
     from trinity.runtime.calibrate import calibration_for
 
-    cluster, cg, report = calibration_for(g, gd, workers, args.calibration, reuse=reuse, steps=args.profile_steps)
+    # `trinity validate` times the fit set as it times every strategy; `trinity calibrate` as its defaults
+    timing = {f"fit_{k}": getattr(args, k) for k in ("rounds", "steps", "warmup") if hasattr(args, k)}
+    cluster, cg, report = calibration_for(g, gd, workers, args.calibration, reuse=reuse, steps=args.profile_steps,
+                                          **timing)
     if report is not None:
         link, fit = report["link"], report["transfer_fit"]
         print(f"calibrated {workers.n} workers ({', '.join(workers.hosts)}): link latency {link['latency_us']:.0f} us, "
@@ -319,7 +322,8 @@ def _calibration(args, g, gd, workers, reuse: bool = True):
               f"{fit['send_cpu_share']:.2f} of a transfer's time on it, latency x{fit['latency_scale']:g}, "
               f"{fit['link_streams']} transfer(s) at once per sender (mean error {fit['mean_error']:.3f}); both workers computing at once run {report['shared_machine']['corun_slowdown']:.1%} "
               f"slower, a second worker adds {report['shared_machine']['step_sync_us']:.0f} us a step; one worker runs a step in "
-              f"{report['worker_step_us_median'] / 1e3:.1f} ms; written to {args.calibration}")
+              f"{report['worker_step_us_median'] / 1e3:.1f} ms (x{report['anchor']['scale']:.3f} when timed beside the "
+              f"fit set); written to {args.calibration}")
     return cluster, cg
 
 

@@ -20,10 +20,16 @@ once. `calibrate` fits the share, a latency scale and the transfers a sender
 carries at once (the cluster's ``link_streams``) to the real step times of a
 few placers' strategies (`fit_transfer_model`), leaving every other strategy
 to judge it;
-`measure_send_cpu_share` is a direct micro-benchmark of it (matmuls on the
+`measure_send_cpu_share` is a direct micro-benchmark of the share (matmuls on the
 sender alone, sends alone, both at once), reported by `make bench`: it reads
 1.0 here, above the fitted value, because it charges the sender's whole
 slowdown (cache and memory traffic included) to the transfers.
+
+The fit set is timed as a validation times every strategy (interleaved
+rounds of steps, medians), with the whole step on one worker in the same
+rounds: the machine drifts between the profile and those rounds (a whole
+step ran 9.9% faster minutes later in one validation), so the op times are
+first scaled by that step's drift (`anchored`).
 
 A control edge between workers is a ``_Send``/``_Recv`` pair of an empty
 tensor in TensorFlow's runtime, a ``RecvTensor`` call like any other: the
@@ -266,6 +272,10 @@ def measure_shared_machine(graph: OpGraph, graph_def: bytes, workers: Workers, *
 
 
 FIT_PLACERS = ("metis", "m-etf", "m-topo", "expert", "round-robin")
+#: timed with the fit set: how far its step drifted since the profile scales the op times (`anchored`)
+ANCHOR_PLACER = "single"
+#: a profile and its re-reading further apart than this mean the machine changed under the calibration
+ANCHOR_RANGE = (0.5, 2.0)
 #: above 1: on NMT's single-thread workers a transfer in a busy step costs more than a lone round trip
 #: (the fit ran into 1.0, the grid's old edge)
 LATENCY_SCALES = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
@@ -377,10 +387,28 @@ def machine_of(workers: Workers) -> dict:
     return {"machine": socket.gethostname(), "threads_per_worker": threads} if threads else {}
 
 
+def anchored(graph: OpGraph, profiled_us: float, measured_us: float) -> tuple[OpGraph, float]:
+    """(``graph`` with every measured op time scaled by one factor, the factor): how much slower the whole
+    step on one worker ran beside the fit set (``measured_us``) than when its ops were profiled
+    (``profiled_us``, the profile's untraced step), the machine's drift in between."""
+    factor = measured_us / profiled_us
+    if not ANCHOR_RANGE[0] <= factor <= ANCHOR_RANGE[1]:
+        raise TrinityError(f"the whole step on one worker ran at {measured_us / 1e3:.1f} ms beside the fit set and "
+                           f"at {profiled_us / 1e3:.1f} ms when profiled (x{factor:.2f}): the machine changed under "
+                           "the calibration; rerun it on a quieter machine", field="calibration")
+    return _times_scaled(graph, factor), float(factor)
+
+
+def _times_scaled(graph: OpGraph, factor: float) -> OpGraph:
+    ops = [op if op.compute_us is None else replace(op, compute_us=op.compute_us * factor) for op in graph.ops]
+    return OpGraph(ops, graph.edges, name=graph.name, meta=graph.meta, source=graph.source)
+
+
 def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int = 10, warmup: int = 3,
-              link_repeats: int = 20, fit_placers=FIT_PLACERS,
-              progress: bool = True) -> tuple[Cluster, dict, OpGraph, dict]:
-    """(cluster, its YAML document, calibrated graph, report) for ``workers``."""
+              link_repeats: int = 20, fit_placers=FIT_PLACERS, fit_rounds: int = 3, fit_steps: int = 3,
+              fit_warmup: int = 2, progress: bool = True) -> tuple[Cluster, dict, OpGraph, dict]:
+    """(cluster, its YAML document, calibrated graph, report) for ``workers``. The fit set is timed as
+    ``trinity validate`` times every strategy (``fit_rounds`` interleaved rounds of ``fit_steps``)."""
     from trinity.placers import place_each
     from trinity.runtime.runner import worker_cluster
 
@@ -396,12 +424,21 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
     # The send CPU share and latency scale are fitted to real steps of a few placers' strategies
     # (a validation should judge the simulator on other strategies: `trinity validate` marks them).
     runner = Runner(costed, graph_def, workers, cluster=cluster)
-    placed, _ = place_each(fit_placers, costed, cluster)  # a placer that cannot place the graph leaves the fit
-    fit_set = {name: r.placement for name, r in placed.items()}
+    names = list(dict.fromkeys([ANCHOR_PLACER, *fit_placers]))
+    placed, _ = place_each(names, costed, cluster)  # a placer that cannot place the graph leaves the fit
+    fit_set = {name: placed[name].placement for name in fit_placers if name in placed}
     if not fit_set:
         raise TrinityError("no placer could place the graph on these workers to fit the transfer model",
                            field="calibration")
-    measured = runner.measure_interleaved(fit_set, rounds=1, steps=3, warmup=1, progress=progress)
+    timed = {name: placed[name].placement for name in names if name in placed}
+    measured = runner.measure_interleaved(timed, rounds=fit_rounds, steps=fit_steps, warmup=fit_warmup,
+                                          progress=progress)
+    # The machine drifts between the profile and the fit set's rounds (9.9% in one validation): the
+    # whole step on one worker, timed in the same rounds, says by how much, and the op times follow.
+    anchor = {"placer": ANCHOR_PLACER, "scale": 1.0}
+    if ANCHOR_PLACER in timed:
+        anchor["measured_step_us"] = measured[ANCHOR_PLACER].median_us
+        costed, anchor["scale"] = anchored(costed, profile["step_us_median"], anchor["measured_step_us"])
     fit = fit_transfer_model(costed, cluster, list(fit_set.values()), [measured[n].median_us for n in fit_set])
     doc = worker_cluster_yaml(workers, link, memory, fit, shared=shared)
     cluster = cluster_from_dict(doc, "calibration")
@@ -409,13 +446,15 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
               "load": {"before": load_before, "after": machine_load()},
               "transfer_fit": {"send_cpu_share": fit.send_cpu_share, "latency_scale": fit.latency_scale,
                                "link_streams": fit.link_streams, "mean_error": fit.error,
-                               "placers": list(fit_set),
+                               "placers": list(fit_set), "rounds": fit_rounds, "steps": fit_steps,
                                "measured_step_us": {n: measured[n].median_us for n in fit_set}},
+              "anchor": anchor,
               "profile": {k: v for k, v in profile.items() if k != "step_us"},
               "trace_scale": trace_scale,
               "worker_step_us_median": profile["step_us_median"]}
     doc["calibration"]["transfer_fit"] = {"placers": list(fit_set), "latency_scale": fit.latency_scale,
                                           "mean_error": round(fit.error, 4)}
+    doc["calibration"]["anchor_scale"] = round(anchor["scale"], 4)
     return cluster, doc, costed, report
 
 
@@ -438,7 +477,8 @@ def check_calibration(folder, calibrated: OpGraph, cluster: Cluster, recorded: d
 
 
 def calibration_for(graph: OpGraph, graph_def: bytes, workers: Workers, folder, *, reuse: bool = True,
-                    steps: int = 10, progress: bool = True) -> tuple[Cluster, OpGraph, dict | None]:
+                    steps: int = 10, fit_rounds: int = 3, fit_steps: int = 3, fit_warmup: int = 2,
+                    progress: bool = True) -> tuple[Cluster, OpGraph, dict | None]:
     """The calibrated (cluster, graph) for these workers, read from ``folder`` when ``reuse`` and it
     holds one for this graph and worker count, else measured and written there (cluster.yaml,
     graph.json.gz, calibration.json). The report is None when reused."""
@@ -453,7 +493,8 @@ def calibration_for(graph: OpGraph, graph_def: bytes, workers: Workers, folder, 
         cg, cluster = load_graph(graph_file), load_cluster(cluster_file)
         check_calibration(folder, cg, cluster, read_yaml(cluster_file).get("calibration") or {}, graph, workers)
         return cluster, cg, None
-    cluster, doc, cg, report = calibrate(graph, graph_def, workers, steps=steps, progress=progress)
+    cluster, doc, cg, report = calibrate(graph, graph_def, workers, steps=steps, fit_rounds=fit_rounds,
+                                         fit_steps=fit_steps, fit_warmup=fit_warmup, progress=progress)
     write_yaml(cluster_file, doc)
     save_graph(cg, graph_file)
     write_json(folder / "calibration.json", report)

@@ -143,8 +143,10 @@ def _one_run(cfg, job, graph, graph_def, batches, out, r: int, own, tracker) -> 
         if searched and not chosen:
             raise TrinityError(f"no searched strategy for {workers.n} devices: run.clusters has no cluster of "
                                f"{workers.n} devices", field="validation.workers")
+        # the fit set is timed as every strategy is below, so a fit and its judges read alike
         cluster, calibrated, report = calibration_for(graph, graph_def, workers, out / "calibration",
-                                                      steps=v.profile_steps, progress=True)
+                                                      steps=v.profile_steps, fit_rounds=v.rounds,
+                                                      fit_steps=v.steps, fit_warmup=v.warmup, progress=True)
         if report is not None:
             fit, shared = report["transfer_fit"], report["shared_machine"]
             tracker.log_metrics({f"calibration/run{r}/latency_us": report["link"]["latency_us"],
@@ -153,7 +155,8 @@ def _one_run(cfg, job, graph, graph_def, batches, out, r: int, own, tracker) -> 
                                  f"calibration/run{r}/latency_scale": fit["latency_scale"],
                                  f"calibration/run{r}/link_streams": fit["link_streams"],
                                  f"calibration/run{r}/corun_slowdown": shared["corun_slowdown"],
-                                 f"calibration/run{r}/step_sync_us": shared["step_sync_us"]}, step=0)
+                                 f"calibration/run{r}/step_sync_us": shared["step_sync_us"],
+                                 f"calibration/run{r}/anchor_scale": report["anchor"]["scale"]}, step=0)
         if not searched:
             own = own if own is not None else own_candidates(cfg, calibrated, cluster)
             chosen = [Candidate(c.name, c.source, c.placement.copy()) for c in own]
