@@ -130,9 +130,9 @@ def test_table5_is_trinitys_change_against_hierarchical(report):
     assert two["paper_search_time_change_pct"] == -41.7
 
 
-#: results.csv files without the measurement's quartiles and the machine's load (older runs)
+#: results.csv files without the measurement's quartiles and the machine's load (older runs), one run each
 NO_NOISE = {"held_out_split_spread_median": None, "held_out_split_resolved_pairs": None,
-            "held_out_split_resolved_concordance": None, "load_max": None}
+            "held_out_split_resolved_concordance": None, "load_max": None, "held_out_split_run_to_run_rank": None}
 
 
 def test_summary_and_metrics_json(report):
@@ -394,6 +394,9 @@ def test_validation_runs_and_measurement_noise(tmp_path):
     assert two["held_out_split_comm_error_max"] == 0.03 and two["load_max"] == 3.0
     assert two["held_out_split_comm_error_floor_max"] == 0.03  # 1 MB crossed: the floor changes nothing
     assert errors["m b8 run2"]["held_out_split_rank_correlation"] == 1.0
+    # both runs order a < b < c by their measurements; batch 8 ran once
+    assert one["held_out_split_run_to_run_rank"] == two["held_out_split_run_to_run_rank"] == 1.0
+    assert errors["m b8 run2"]["held_out_split_run_to_run_rank"] is None
     plot_sim_vs_real_all(measured(table), tmp_path / "scatter.png")
     assert (tmp_path / "scatter.png").stat().st_size > 0
 
@@ -452,3 +455,20 @@ def test_communication_error_below_a_megabyte_is_read_against_one():
     rows = pd.DataFrame({"sim_comm_MB": [4.1, 0.4, 0.0], "real_crossed_MB": [4.0, 0.5, 4e-6]})
     assert np.allclose(comm_error_floor(rows), [0.025, 0.1, 4e-6])
     assert comm_error_floor(rows.iloc[:0]).empty
+
+
+def test_run_to_run_rank_compares_two_runs_measurements_of_the_same_held_out_splits():
+    from trinity.report.summary import run_to_run_rank
+
+    def rows(run, real, fitted=(), alone=()):
+        names = [f"s{i}" for i in range(len(real))]
+        return pd.DataFrame({"model": "m", "batch": 8, "run": run, "strategy": names, "real_step_ms": real,
+                             "calibration_set": [n in fitted for n in names],
+                             "real_crossed_MB": [0.0 if n in alone else 1.0 for n in names]})
+
+    # s0..s3 held out and split: ranks (1, 2, 3, 4) then (2, 1, 3, 4): 1 - 6 * 2 / (4 * 15) = 0.8; s4 is
+    # fitted, s5 runs on one worker, s6 only measured in run 1: none of them counts
+    one = rows(1, [1.0, 2.0, 3.0, 4.0, 9.0, 0.5, 7.0], fitted=("s4",), alone=("s5",))
+    two = rows(2, [2.0, 1.0, 3.0, 4.0, 0.1, 9.0], fitted=("s4",), alone=("s5",))
+    assert run_to_run_rank(pd.concat([one, two])) == {("m", 8): 0.8}
+    assert run_to_run_rank(one) == {}  # one run: nothing to compare

@@ -81,7 +81,7 @@ def test_cluster_file_terms_are_kept(tmp_path):
 
 
 def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp_path):
-    """Fit placers' and held-out strategies' times made by a known model (latency x0.5, 4 streams, control
+    """Fit placers' and held-out strategies' times made by a known model (the measured latency, 4 streams, control
     edges sent, newest runnable op first): today's rule finds it again and judges the held-out ones
     exactly; one stream cannot, nor free control edges, nor the oldest runnable op first."""
     import dataclasses
@@ -95,7 +95,7 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     g = layered_dag(40, 90, seed=5, colocated_fraction=0.0, control_fraction=0.3)
     base = cluster_from_dict({"name": "w", "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(2)],
                               "default_link": {"bandwidth_GBps": 2.0, "latency_us": 200.0}})
-    truth = Simulator(g, dataclasses.replace(base, latency=base.latency * 0.5, link_streams=4,
+    truth = Simulator(g, dataclasses.replace(base, link_streams=4,
                                              control_transfers=True, ready_order="lifo"))
     fit_set = {name: place(name, g, base).placement for name in ("round-robin", "m-etf", "m-topo")}
     held_out = {f"random{s}": place("random", g, base, seed=s).placement for s in range(4)}
@@ -117,12 +117,13 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
 
     fits, figures = refit(tmp_path)
     fits, figures = fits.set_index("rule"), figures.set_index("rule")
-    today = "mean-streams-control-lifo"
+    today, scaled = "mean-streams-control-lifo-latency-measured", "mean-streams-control-lifo"
     assert list(fits.index) == ["median-1stream", "mean-1stream", "median-streams", "mean-streams",
-                                "mean-streams-control", today]
+                                "mean-streams-control", scaled, today]
     chosen = fits.loc[today]
     assert (chosen["send_cpu_share"], chosen["latency_scale"], chosen["link_streams"], chosen["fit_error"]) == (
-        0.0, 0.5, 4, 0.0)
+        0.0, 1.0, 4, 0.0)
+    assert (fits.loc[scaled, "latency_scale"], fits.loc[scaled, "fit_error"]) == (1.0, 0.0)  # scales tried, 1 found
     assert figures.loc[today, "step_error_median"] == 0.0
     assert figures.loc[today, "rank_correlation"] == pytest.approx(1.0)
     assert (fits.loc[["median-1stream", "mean-1stream"], "link_streams"] == 1).all()
@@ -130,11 +131,11 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     # the validation's own rows of the calibration set carry the same times here: the same fit
     fits = refit(tmp_path, "validation")[0].set_index("rule")
     chosen = fits.loc[today]  # the times went through ms and back: exact to rounding
-    assert (chosen["latency_scale"], chosen["link_streams"]) == (0.5, 4)
+    assert (chosen["latency_scale"], chosen["link_streams"]) == (1.0, 4)
     assert chosen["fit_error"] == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(TrinityError, match="measured_from"):
         refit(tmp_path, "elsewhere")
     main([str(tmp_path), "--refit", "calibration", "--csv", str(tmp_path / "rules.csv")])
     rules = pd.read_csv(tmp_path / "rules.csv")
-    assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 6
+    assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 7
     assert rules.set_index("rule").loc[today, "link_streams"] == 4

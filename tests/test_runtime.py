@@ -443,9 +443,10 @@ def test_a_calibration_for_another_graph_worker_count_or_machine_is_refused(tmp_
         assert err.value.field == field and "--recalibrate" in str(err.value)
 
 
-def fit_case(latency_us: float = 20.0, truth: dict | None = None, **terms):
-    """(graph, cluster, three placers' placements, their step times on the cluster at half its latency
-    and with ``truth``'s terms) on a 40-op random DAG over 2 devices: the transfer fit's hand-built case."""
+def fit_case(latency_us: float = 20.0, truth: dict | None = None, latency_scale: float = 0.5, **terms):
+    """(graph, cluster, three placers' placements, their step times on the cluster at ``latency_scale``
+    times its latency and with ``truth``'s terms) on a 40-op random DAG over 2 devices: the transfer fit's
+    hand-built case."""
     import dataclasses
 
     from trinity.graph.synthetic import random_dag
@@ -456,38 +457,49 @@ def fit_case(latency_us: float = 20.0, truth: dict | None = None, **terms):
                                  "default_link": {"bandwidth_GBps": 0.05, "latency_us": latency_us}})
     placements = [place(p, g, cluster, **({"seed": 1} if p == "random" else {})).placement
                   for p in ("round-robin", "random", "m-etf")]
-    truth = Simulator(g, dataclasses.replace(cluster, latency=cluster.latency * 0.5, **(truth or {})))
+    truth = Simulator(g, dataclasses.replace(cluster, latency=cluster.latency * latency_scale, **(truth or {})))
     return g, cluster, placements, [truth.simulate(p).step_time_us for p in placements]
 
 
 def test_fit_transfer_model_keeps_the_shared_machine_terms():
-    from trinity.runtime.calibrate import fit_transfer_model
+    from trinity.runtime.calibrate import FITTED_LATENCY_SCALES, fit_transfer_model
 
     g, cluster, placements, measured = fit_case(truth={"send_cpu_share": 0.3}, corun_slowdown=0.2, step_sync_us=50.0)
-    fit = fit_transfer_model(g, cluster, placements, measured)
+    fit = fit_transfer_model(g, cluster, placements, measured, latency_scales=FITTED_LATENCY_SCALES)
     assert (fit.send_cpu_share, fit.latency_scale, fit.link_streams) == (pytest.approx(0.3), 0.5, 1)
     assert fit.error == pytest.approx(0.0, abs=1e-12)
 
 
 def test_fit_transfer_model_recovers_the_share_and_latency_that_made_the_times():
-    from trinity.runtime.calibrate import fit_transfer_model
+    from trinity.runtime.calibrate import FITTED_LATENCY_SCALES, fit_transfer_model
 
     g, cluster, placements, measured = fit_case(truth={"send_cpu_share": 0.3})
-    fit = fit_transfer_model(g, cluster, placements, measured)
+    fit = fit_transfer_model(g, cluster, placements, measured, latency_scales=FITTED_LATENCY_SCALES)
     assert (fit.send_cpu_share, fit.latency_scale, fit.link_streams, fit.error) == (pytest.approx(0.3), 0.5, 1, 0.0)
+
+
+def test_fit_transfer_model_keeps_the_measured_latency_by_default():
+    from trinity.runtime.calibrate import fit_transfer_model
+
+    # times made at the measured latency: the share found exactly; at half of it, scale 1 is all the fit may try
+    g, cluster, placements, measured = fit_case(truth={"send_cpu_share": 0.3}, latency_scale=1.0)
+    fit = fit_transfer_model(g, cluster, placements, measured)
+    assert (fit.send_cpu_share, fit.latency_scale, fit.link_streams, fit.error) == (pytest.approx(0.3), 1.0, 1, 0.0)
+    fit = fit_transfer_model(*fit_case(truth={"send_cpu_share": 0.3}))
+    assert fit.latency_scale == 1.0 and fit.error > 0
 
 
 def test_fit_transfer_model_recovers_the_streams_that_made_the_times():
     import dataclasses
 
-    from trinity.runtime.calibrate import fit_transfer_model
+    from trinity.runtime.calibrate import FITTED_LATENCY_SCALES, fit_transfer_model
     from trinity.sim import Simulator
 
     g, cluster, placements, measured = fit_case(200.0, truth={"link_streams": 4})
     one_stream = [Simulator(g, dataclasses.replace(cluster, latency=cluster.latency * 0.5)).simulate(p).step_time_us
                   for p in placements]
     assert one_stream != measured  # the streams matter on these placements, so the fit can tell them apart
-    fit = fit_transfer_model(g, cluster, placements, measured)
+    fit = fit_transfer_model(g, cluster, placements, measured, latency_scales=FITTED_LATENCY_SCALES)
     assert (fit.send_cpu_share, fit.latency_scale, fit.link_streams, fit.error) == (0.0, 0.5, 4, 0.0)
 
 

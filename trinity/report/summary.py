@@ -33,6 +33,7 @@ def validation_errors(measured: pd.DataFrame) -> dict[str, dict]:
     out = {}
     run = measured["run"].fillna(1) if "run" in measured else pd.Series(1, index=measured.index)
     runs = run.groupby(measured["model"]).nunique()
+    retest = run_to_run_rank(measured)
     for (model, batch, r), part in measured.groupby(["model", measured["batch"].fillna(-1), run], sort=False):
         s = error_summary(part)
         keys = ("strategies", "step_error_median", "held_out_split_strategies", "held_out_split_step_error_median",
@@ -44,6 +45,29 @@ def validation_errors(measured: pd.DataFrame) -> dict[str, dict]:
         name = (model if batch == -1 else f"{model} b{int(batch)}") + (f" run{int(r)}" if runs[model] > 1 else "")
         out[name] = {k: (None if s[k] != s[k] else round(float(s[k]), 4)) if isinstance(s[k], float) else s[k]
                      for k in keys}
+        out[name]["held_out_split_run_to_run_rank"] = retest.get((model, batch))
+    return out
+
+
+def run_to_run_rank(measured: pd.DataFrame) -> dict[tuple, float]:
+    """Per (model, batch) measured in two calibration runs or more: Spearman's rank correlation between
+    the first two runs' measured step times of the held-out split strategies both runs measured. It is
+    how far the measurement reorders those strategies by itself: against one run's times, even an exact
+    simulator can expect a rank correlation of only about its square root (noise independent per run)."""
+    from trinity.runtime.validate import held_out_split_rows
+
+    if not len(measured) or "run" not in measured:
+        return {}
+    out = {}
+    for (model, batch), part in measured.groupby(["model", measured["batch"].fillna(-1)], sort=False):
+        runs = sorted(part["run"].dropna().unique())
+        if len(runs) < 2:
+            continue
+        kept = part[held_out_split_rows(part)]
+        first, second = (kept[kept["run"] == r].set_index("strategy")["real_step_ms"] for r in runs[:2])
+        both = first.index.intersection(second.index)
+        if len(both) >= 3:
+            out[model, batch] = round(float(first[both].rank().corr(second[both].rank())), 4)
     return out
 
 
@@ -96,6 +120,8 @@ def target_misses(name: str, v: dict) -> list[str]:
         why.append(f"{v['held_out_split_resolved_pairs']:.0%} of strategy pairs lie further apart than their "
                    f"measured IQRs (the simulator orders {_pct(v.get('held_out_split_resolved_concordance'))} of those "
                    "alike)")
+    if v.get("held_out_split_run_to_run_rank") is not None:
+        why.append(f"two runs' measurements rank them {v['held_out_split_run_to_run_rank']:.2f} alike")
     if v.get("load_max") is not None and v["load_max"] > cores:
         why.append(f"the machine's load reached {v['load_max']:.1f} on {cores} cores")
     because = f" ({'; '.join(why)})" if why else ""
@@ -191,17 +217,20 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
                   "rank correlation goal >= 0.9, bar 0.8; communication within 2% of the bytes, or of 1 MB where fewer "
                   "cross: the largest such error in `max comm. error`). Noise: the median spread "
                   "(IQR / median) of a strategy's timed steps, the share of pairs whose IQRs do not overlap "
-                  "(resolved) and the share of those the simulator orders alike; load: the machine's highest "
-                  "1-minute load average during the measurements.", "",
+                  "(resolved) and the share of those the simulator orders alike; run to run: the rank correlation "
+                  "of two calibration runs' measurements of the same held-out split strategies (an exact simulator "
+                  "can expect about its square root); load: the machine's highest 1-minute load average during the "
+                  "measurements.", "",
                   "| model, batch | strategies | median error, all | held-out split | median error | p90 | "
                   "rank corr., all | rank corr., held-out split | max comm. error | spread | resolved pairs | "
-                  "alike | load |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "alike | run to run | load |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {model} | {v['strategies']} | {_pct(v['step_error_median'])} | "
                   f"{v['held_out_split_strategies']} | {_pct(v['held_out_split_step_error_median'])} | "
                   f"{_pct(v['held_out_split_step_error_p90'])} | {_corr(v['rank_correlation'])} | "
                   f"{_corr(v['held_out_split_rank_correlation'])} | {_pct(v.get('held_out_split_comm_error_floor_max'))} | "
                   f"{_pct(v.get('held_out_split_spread_median'))} | {_pct(v.get('held_out_split_resolved_pairs'))} | "
-                  f"{_pct(v.get('held_out_split_resolved_concordance'))} | {_corr(v.get('load_max'))} |"
+                  f"{_pct(v.get('held_out_split_resolved_concordance'))} | "
+                  f"{_corr(v.get('held_out_split_run_to_run_rank'))} | {_corr(v.get('load_max'))} |"
                   for model, v in summary["validation"].items()]
         misses = [line for model, v in summary["validation"].items() for line in target_misses(model, v)]
         lines += ["", *(misses or ["Every held-out split row meets the bars."])]

@@ -31,26 +31,30 @@ from trinity.errors import TrinityError, run_main
 from trinity.fileio import read_json
 from trinity.graph import load_graph
 from trinity.placement import Strategy
-from trinity.runtime.calibrate import LINK_STREAMS, TransferFit, fit_transfer_model
+from trinity.runtime.calibrate import (FITTED_LATENCY_SCALES, LATENCY_SCALES, LINK_STREAMS, TransferFit,
+                                      fit_transfer_model)
 from trinity.runtime.validate import error_summary
 from trinity.sim import Simulator
 
 class FitRule(NamedTuple):
     """One way to fit the transfer model: the objective, the link streams tried, and the worker
-    semantics of the cluster it is fitted on (control edges sent between workers, ready order)."""
+    semantics of the cluster it is fitted on (control edges sent between workers, ready order) and the
+    latency scales tried (1 alone: the lone round trip's latency as measured)."""
 
     label: str
     objective: str
     link_streams: tuple[int, ...]
     control_transfers: bool = False
     ready_order: str = "fifo"
+    latency_scales: tuple[float, ...] = FITTED_LATENCY_SCALES
 
 
 #: Oldest first; the last is today's calibration (`trinity.runtime.calibrate`), each adds one change.
 FIT_RULES = (FitRule("median-1stream", "median", (1,)), FitRule("mean-1stream", "mean", (1,)),
              FitRule("median-streams", "median", LINK_STREAMS), FitRule("mean-streams", "mean", LINK_STREAMS),
              FitRule("mean-streams-control", "mean", LINK_STREAMS, True),
-             FitRule("mean-streams-control-lifo", "mean", LINK_STREAMS, True, "lifo"))
+             FitRule("mean-streams-control-lifo", "mean", LINK_STREAMS, True, "lifo"),
+             FitRule("mean-streams-control-lifo-latency-measured", "mean", LINK_STREAMS, True, "lifo", LATENCY_SCALES))
 
 
 def parts(folder) -> list[tuple[int, int | None, Path, Path]]:
@@ -143,7 +147,7 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
     else:
         raise TrinityError(f"must be calibration or validation, got {measured_from!r}", field="measured_from")
     fit = fit_transfer_model(graph, base, placements, list(measured.values()), link_streams=rule.link_streams,
-                             objective=rule.objective)
+                             latency_scales=rule.latency_scales, objective=rule.objective)
     return fit, fit.apply(base)
 
 
