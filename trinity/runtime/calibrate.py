@@ -14,17 +14,16 @@ folded away) cost 0 and send nothing.
 
 On CPU workers gRPC's copies and serialisation run on the same cores as the
 ops, so part of a transfer's time is taken from the sender's processor (the
-cluster's ``send_cpu_share``), while the latency of a lone round trip
-overstates what a transfer costs when many are in flight, some of them at
-once. `calibrate` fits the share and the transfers a sender carries at once
-(the cluster's ``link_streams``), with the latency as the lone round trip
-measured it (`LATENCY_SCALES`), to the real step times of a few placers'
-strategies (`fit_transfer_model`), leaving every other strategy
-to judge it;
-`measure_send_cpu_share` is a direct micro-benchmark of the share (matmuls on the
-sender alone, sends alone, both at once), reported by `make bench`: it reads
-1.0 here, above the fitted value, because it charges the sender's whole
-slowdown (cache and memory traffic included) to the transfers.
+cluster's ``send_cpu_share``), and a sender carries several transfers at
+once. `calibrate` fits the share and those transfers (the cluster's
+``link_streams``), with the latency as the lone round trip measured it
+(`LATENCY_SCALES`: a fitted scale stood in for the share), to the real
+step times of a few placers' strategies (`fit_transfer_model`), leaving
+every other strategy to judge it; `measure_send_cpu_share` is a direct
+micro-benchmark of the share (matmuls on the sender alone, sends alone,
+both at once), reported by `make bench`: it reads 1.0 here, above the
+fitted value, because it charges the sender's whole slowdown (cache and
+memory traffic included) to the transfers.
 
 The fit set is timed as a validation times every strategy (interleaved
 rounds of steps, medians), with the whole step on one worker in the same
