@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules families-repeat dp-compute-term wakeup-latency clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -273,6 +273,11 @@ dp-compute-term: $(STAMP)  ## a whole training step against the layer profile's 
 # theirs (benchmarks/wakeup_latency.py)
 wakeup-latency: $(STAMP)  ## small-message round trips beside 0, 1, 2 busy processes on the core (~1 min)
 	$(PY) benchmarks/wakeup_latency.py
+
+# a committed validation's held-out split strategies measured again in many rounds: the steps of a session
+# against its sessions, the first round and the first step on fresh workers (benchmarks/measurement_noise.py)
+measurement-noise: $(STAMP)  ## where measured step times vary, at 1 and 2 warm-up steps (~8 min, quiet machine)
+	$(PY) benchmarks/measurement_noise.py
 
 # how the calibration fits its transfer model (objective, link streams tried, worker terms), each rule refitted
 # to each run's calibration measurements (and, as a what-if, to the validation's own rows of the calibration set), simulating

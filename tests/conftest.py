@@ -1,3 +1,4 @@
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,15 @@ from trinity.graph import Edge, Op, OpGraph
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REFERENCE_GNMT = SHARED / "reference" / "gnmt-baechi" / "gnmt_forward.json.gz"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def benchmark_script(name: str):
+    """benchmarks/<name>.py as a module (the scripts are run as files, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def pytest_addoption(parser):

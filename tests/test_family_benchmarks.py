@@ -1,7 +1,6 @@
 """benchmarks/families_repeat.py (which runs it repeats, the table of both rounds, its refusals),
 benchmarks/dp_compute_term.py's refusal and benchmarks/wakeup_latency.py (a tiny run, its refusals)."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -11,14 +10,13 @@ import yaml
 
 from trinity.fileio import write_json
 
+from conftest import benchmark_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("families_repeat", ROOT / "benchmarks" / "families_repeat.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("families_repeat")
 
 
 def test_jobs_are_the_measure_stages_matrices():

@@ -419,6 +419,8 @@ def test_a_missed_bar_says_by_how_much_and_what_the_measurement_shows():
     # the floored error, where a row has it, is the one held to the bar; a rank that rounds to the bar is exact
     floored = {**v, "held_out_split_comm_error_floor_max": 0.004, "held_out_split_rank_correlation": 0.7998}
     assert target_misses("m", floored)[1:] == [f"- m: rank correlation 0.7998, 0.0002 under the 0.8 bar{why}"]
+    just_over = {**floored, "held_out_split_step_error_median": 0.1003}  # a median that rounds to the bar: exact
+    assert target_misses("m", just_over)[0] == f"- m: median error 10.03%, 0.03 points over the 10% bar{why}"
     good = {**v, "held_out_split_step_error_median": 0.05, "held_out_split_rank_correlation": 0.9,
             "held_out_split_comm_error_max": 0.001}
     assert target_misses("m b64", good) == []
