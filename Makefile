@@ -276,7 +276,7 @@ wakeup-latency: $(STAMP)  ## small-message round trips beside 0, 1, 2 busy proce
 
 # a committed validation's held-out split strategies measured again in many rounds: the steps of a session
 # against its sessions, the first round and the first step on fresh workers (benchmarks/measurement_noise.py)
-measurement-noise: $(STAMP)  ## where measured step times vary, at 1 and 2 warm-up steps (~8 min, quiet machine)
+measurement-noise: $(STAMP)  ## where measured step times vary, at 1 and 2 warm-up steps (~10 min, quiet machine)
 	$(PY) benchmarks/measurement_noise.py
 
 # how the calibration fits its transfer model (objective, link streams tried, worker terms), each rule refitted

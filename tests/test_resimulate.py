@@ -139,3 +139,31 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     rules = pd.read_csv(tmp_path / "rules.csv")
     assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 7
     assert rules.set_index("rule").loc[today, "link_streams"] == 4
+
+
+def test_refit_places_the_fit_set_on_the_op_times_it_was_placed_on(tmp_path, monkeypatch):
+    """`calibrate` places its fit set, then scales the op times to the anchor and saves that graph: the
+    refit places the fit set on the saved graph's times over the anchor's scale (m-ETF places otherwise)."""
+    from types import SimpleNamespace
+
+    import trinity.placers
+    from trinity.fileio import write_json
+    from trinity.runtime.resimulate import FIT_RULES, refit_run
+
+    seen = []
+
+    def place_each(names, graph, cluster):
+        seen.append([op.compute_us for op in graph.ops])
+        return {n: SimpleNamespace(placement=np.zeros(graph.n_ops, dtype=int)) for n in names}, {}
+
+    monkeypatch.setattr(trinity.placers, "place_each", place_each)
+    calibration = tmp_path / "calibration"
+    calibration.mkdir()
+    write_yaml(calibration / "cluster.yaml", make_cluster(2).to_dict())
+    save_graph(GRAPH, calibration / "graph.json.gz")  # a 10, b 5, c 1 us: the anchored times
+    report = {"link": {"latency_us": 2.0}, "transfer_fit": {"measured_step_us": {"metis": 16.0}}}
+    write_json(calibration / "calibration.json", {**report, "anchor": {"scale": 2.0}})
+    refit_run(tmp_path, FIT_RULES[-1])
+    write_json(calibration / "calibration.json", report)  # before anchors: the times as saved
+    refit_run(tmp_path, FIT_RULES[-1])
+    assert seen == [[5.0, 2.5, 0.5], [10.0, 5.0, 1.0]]

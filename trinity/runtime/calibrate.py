@@ -404,10 +404,11 @@ def anchored(graph: OpGraph, profiled_us: float, measured_us: float) -> tuple[Op
         raise TrinityError(f"the whole step on one worker ran at {measured_us / 1e3:.1f} ms beside the fit set and "
                            f"at {profiled_us / 1e3:.1f} ms when profiled (x{factor:.2f}): the machine changed under "
                            "the calibration; rerun it on a quieter machine", field="calibration")
-    return _times_scaled(graph, factor), float(factor)
+    return times_scaled(graph, factor), float(factor)
 
 
-def _times_scaled(graph: OpGraph, factor: float) -> OpGraph:
+def times_scaled(graph: OpGraph, factor: float) -> OpGraph:
+    """``graph`` with every measured op time times ``factor`` (unmeasured ops stay unmeasured)."""
     ops = [op if op.compute_us is None else replace(op, compute_us=op.compute_us * factor) for op in graph.ops]
     return OpGraph(ops, graph.edges, name=graph.name, meta=graph.meta, source=graph.source)
 

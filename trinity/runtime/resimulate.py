@@ -32,7 +32,7 @@ from trinity.fileio import read_json
 from trinity.graph import load_graph
 from trinity.placement import Strategy
 from trinity.runtime.calibrate import (FITTED_LATENCY_SCALES, LATENCY_SCALES, LINK_STREAMS, TransferFit,
-                                      fit_transfer_model)
+                                      fit_transfer_model, times_scaled)
 from trinity.runtime.validate import error_summary
 from trinity.sim import Simulator
 
@@ -137,7 +137,10 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
     graph = load_graph(calibration / "graph.json.gz")
     if measured_from == "calibration":
         measured = report["transfer_fit"]["measured_step_us"]
-        placed, _ = place_each(list(measured), graph, base)
+        # `calibrate` placed its fit set before it scaled the op times to the anchor, and m-ETF places
+        # otherwise after (130-488 of InceptionV3's ops): the strategies it timed are placed on that graph
+        scale = float((report.get("anchor") or {}).get("scale", 1.0))
+        placed, _ = place_each(list(measured), graph if scale == 1.0 else times_scaled(graph, 1.0 / scale), base)
         placements = [placed[n].placement for n in measured]
     elif measured_from == "validation":  # its rows of the calibration set (a searched model's lack round-robin)
         table = pd.read_csv(top / "results.csv")
