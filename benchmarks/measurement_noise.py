@@ -103,16 +103,15 @@ def main() -> None:
     if min(args.warmups) < 0:
         p.error(f"--warmups must be 0 or more, got {min(args.warmups)}")
     out = Path(args.csv)
+    out.parent.mkdir(parents=True, exist_ok=True)
     if args.from_steps:
         every_step = steps_table(Path(args.from_steps))
     else:
         every_step = measure_settings(Path(args.validation), Path(args.graph), args)
-        out.parent.mkdir(parents=True, exist_ok=True)
         every_step.to_csv(out.with_name(f"{out.stem}_steps.csv"), index=False)
     figures = pd.DataFrame([{"warmup": warmup, **noise_figures(as_array(g))}
                             for warmup, g in every_step.groupby("warmup", sort=False)])
     print(figures.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    out.parent.mkdir(parents=True, exist_ok=True)
     figures.to_csv(out, index=False)
     print(f"-> {out}" + ("" if args.from_steps else f", {out.with_name(f'{out.stem}_steps.csv')}"))
 
