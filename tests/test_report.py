@@ -132,7 +132,8 @@ def test_table5_is_trinitys_change_against_hierarchical(report):
 
 #: results.csv files without the measurement's quartiles and the machine's load (older runs), one run each
 NO_NOISE = {"held_out_split_spread_median": None, "held_out_split_resolved_pairs": None,
-            "held_out_split_resolved_concordance": None, "load_max": None, "held_out_split_run_to_run_rank": None}
+            "held_out_split_resolved_concordance": None, "load_max": None, "held_out_split_run_to_run_rank": None,
+            "held_out_split_run_to_run_error_rank": None}
 
 
 def test_summary_and_metrics_json(report):
@@ -397,6 +398,9 @@ def test_validation_runs_and_measurement_noise(tmp_path):
     # both runs order a < b < c by their measurements; batch 8 ran once
     assert one["held_out_split_run_to_run_rank"] == two["held_out_split_run_to_run_rank"] == 1.0
     assert errors["m b8 run2"]["held_out_split_run_to_run_rank"] is None
+    # and the simulator misses them in the same order: errors 0.1, -0.04, -0.05 then 0.2, 0.06, -0.43
+    assert one["held_out_split_run_to_run_error_rank"] == two["held_out_split_run_to_run_error_rank"] == 1.0
+    assert errors["m b8 run2"]["held_out_split_run_to_run_error_rank"] is None
     plot_sim_vs_real_all(measured(table), tmp_path / "scatter.png")
     assert (tmp_path / "scatter.png").stat().st_size > 0
 
@@ -465,6 +469,7 @@ def test_run_to_run_rank_compares_two_runs_measurements_of_the_same_held_out_spl
     def rows(run, real, fitted=(), alone=()):
         names = [f"s{i}" for i in range(len(real))]
         return pd.DataFrame({"model": "m", "batch": 8, "run": run, "strategy": names, "real_step_ms": real,
+                             "step_error": [0.1 * i * (1 if run == 1 else -1) for i in range(len(real))],
                              "calibration_set": [n in fitted for n in names],
                              "real_crossed_MB": [0.0 if n in alone else 1.0 for n in names]})
 
@@ -473,4 +478,6 @@ def test_run_to_run_rank_compares_two_runs_measurements_of_the_same_held_out_spl
     one = rows(1, [1.0, 2.0, 3.0, 4.0, 9.0, 0.5, 7.0], fitted=("s4",), alone=("s5",))
     two = rows(2, [2.0, 1.0, 3.0, 4.0, 0.1, 9.0], fitted=("s4",), alone=("s5",))
     assert run_to_run_rank(pd.concat([one, two])) == {("m", 8): 0.8}
+    # the simulator's errors: 0, 0.1, 0.2, 0.3 then 0, -0.1, -0.2, -0.3 on s0..s3: missed in the opposite order
+    assert run_to_run_rank(pd.concat([one, two]), "step_error") == {("m", 8): -1.0}
     assert run_to_run_rank(one) == {}  # one run: nothing to compare

@@ -33,7 +33,7 @@ def validation_errors(measured: pd.DataFrame) -> dict[str, dict]:
     out = {}
     run = measured["run"].fillna(1) if "run" in measured else pd.Series(1, index=measured.index)
     runs = run.groupby(measured["model"]).nunique()
-    retest = run_to_run_rank(measured)
+    retest, repeat = run_to_run_rank(measured), run_to_run_rank(measured, "step_error")
     for (model, batch, r), part in measured.groupby(["model", measured["batch"].fillna(-1), run], sort=False):
         s = error_summary(part)
         keys = ("strategies", "step_error_median", "held_out_split_strategies", "held_out_split_step_error_median",
@@ -46,14 +46,17 @@ def validation_errors(measured: pd.DataFrame) -> dict[str, dict]:
         out[name] = {k: (None if s[k] != s[k] else round(float(s[k]), 4)) if isinstance(s[k], float) else s[k]
                      for k in keys}
         out[name]["held_out_split_run_to_run_rank"] = retest.get((model, batch))
+        out[name]["held_out_split_run_to_run_error_rank"] = repeat.get((model, batch))
     return out
 
 
-def run_to_run_rank(measured: pd.DataFrame) -> dict[tuple, float]:
+def run_to_run_rank(measured: pd.DataFrame, column: str = "real_step_ms") -> dict[tuple, float]:
     """Per (model, batch) measured in two calibration runs or more: Spearman's rank correlation between
-    the first two runs' measured step times of the held-out split strategies both runs measured. It is
-    how far the measurement reorders those strategies by itself: against one run's times, even an exact
-    simulator can expect a rank correlation of only about its square root (noise independent per run)."""
+    the first two runs' ``column`` over the held-out split strategies both runs measured. Of the measured
+    step times, it is how far the measurement reorders those strategies by itself: against one run's
+    times, even an exact simulator can expect a rank correlation of only about its square root (noise
+    independent per run). Of the simulator's errors (``step_error``), how far its miss on each strategy
+    repeats: near 1, a term the simulator lacks; near 0, noise of the runs."""
     from trinity.runtime.validate import held_out_split_rows
 
     if not len(measured) or "run" not in measured:
@@ -64,7 +67,7 @@ def run_to_run_rank(measured: pd.DataFrame) -> dict[tuple, float]:
         if len(runs) < 2:
             continue
         kept = part[held_out_split_rows(part)]
-        first, second = (kept[kept["run"] == r].set_index("strategy")["real_step_ms"] for r in runs[:2])
+        first, second = (kept[kept["run"] == r].set_index("strategy")[column] for r in runs[:2])
         both = first.index.intersection(second.index)
         if len(both) >= 3:
             out[model, batch] = round(float(first[both].rank().corr(second[both].rank())), 4)
@@ -122,6 +125,9 @@ def target_misses(name: str, v: dict) -> list[str]:
                    "alike)")
     if v.get("held_out_split_run_to_run_rank") is not None:
         why.append(f"two runs' measurements rank them {v['held_out_split_run_to_run_rank']:.2f} alike")
+    if v.get("held_out_split_run_to_run_error_rank") is not None:
+        why.append(f"the simulator's errors on them rank {v['held_out_split_run_to_run_error_rank']:.2f} alike in "
+                   "two runs")
     if v.get("load_max") is not None and v["load_max"] > cores:
         why.append(f"the machine's load reached {v['load_max']:.1f} on {cores} cores")
     because = f" ({'; '.join(why)})" if why else ""
@@ -220,18 +226,21 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
                   "(IQR / median) of a strategy's timed steps, the share of pairs whose IQRs do not overlap "
                   "(resolved) and the share of those the simulator orders alike; run to run: the rank correlation "
                   "of two calibration runs' measurements of the same held-out split strategies (an exact simulator "
-                  "can expect about its square root); load: the machine's highest 1-minute load average during the "
-                  "measurements.", "",
+                  "can expect about its square root), and of the simulator's errors on them (near 1: the same "
+                  "strategies missed the same way, a term the simulator lacks); load: the machine's highest 1-minute "
+                  "load average during the measurements.", "",
                   "| model, batch | strategies | median error, all | held-out split | median error | p90 | "
                   "rank corr., all | rank corr., held-out split | max comm. error | spread | resolved pairs | "
-                  "alike | run to run | load |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "alike | run to run | errors run to run | load |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {model} | {v['strategies']} | {_pct(v['step_error_median'])} | "
                   f"{v['held_out_split_strategies']} | {_pct(v['held_out_split_step_error_median'])} | "
                   f"{_pct(v['held_out_split_step_error_p90'])} | {_corr(v['rank_correlation'])} | "
                   f"{_corr(v['held_out_split_rank_correlation'])} | {_pct(v.get('held_out_split_comm_error_floor_max'))} | "
                   f"{_pct(v.get('held_out_split_spread_median'))} | {_pct(v.get('held_out_split_resolved_pairs'))} | "
                   f"{_pct(v.get('held_out_split_resolved_concordance'))} | "
-                  f"{_corr(v.get('held_out_split_run_to_run_rank'))} | {_corr(v.get('load_max'))} |"
+                  f"{_corr(v.get('held_out_split_run_to_run_rank'))} | "
+                  f"{_corr(v.get('held_out_split_run_to_run_error_rank'))} | {_corr(v.get('load_max'))} |"
                   for model, v in summary["validation"].items()]
         misses = [line for model, v in summary["validation"].items() for line in target_misses(model, v)]
         lines += ["", *(misses or ["Every held-out split row meets the bars."])]
