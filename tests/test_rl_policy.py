@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from trinity.features import op_features
+from trinity.cluster import load_cluster
+from trinity.errors import TrinityError
+from trinity.features import op_features, zscore
 from trinity.graph import Edge, Op, OpGraph
+from trinity.reward import MDPEConfig
+from trinity.rl.agent import AgentContext
+from trinity.rl.ppo import TrinityAgent, TrinityOptions
 from trinity.rl.policy import PlacementPolicy, PolicyConfig, Strategy, UnitGraph
 
 
@@ -172,3 +177,26 @@ def test_a_graph_priced_by_kind_only_is_not_cost_blind():
     feats = op_features(g, embedding_dim=0)
     assert np.unique(feats.numeric[:, 0]).size == 3  # log compute: three distinct times, not one constant
     assert UnitGraph(g, feats).compute_share.tolist() == pytest.approx([0.2, 0.6, 0.2, 0.0])
+
+
+def test_trinity_reads_the_cluster_cost_model_where_asked():
+    """``op_costs: cluster``: the compute-time feature, the units' compute shares (and so the METIS parts)
+    come from the searched devices' costs (P100: 10, 50, 1, 0 us), not the profile's (20, 60, 20, 0)."""
+    g = OpGraph([Op("a", "MatMul", compute_us_by_kind={"p100": 10.0, "v100": 30.0}, output_bytes=(8,)),
+                 Op("b", "MatMul", compute_us_by_kind={"p100": 50.0, "v100": 70.0}, output_bytes=(8,)),
+                 Op("c", "Add", 20.0, compute_us_by_kind={"p100": 1.0}, output_bytes=(8,)),
+                 Op("d", "Const", output_bytes=(8,))], [Edge("a", "b", 0), Edge("b", "c", 0), Edge("d", "c", 0)])
+    feats = op_features(g, embedding_dim=0)
+
+    def units(**options):
+        ctx = AgentContext(seed=0, reward=MDPEConfig(), warm_start=False, features=feats)
+        return TrinityAgent(g, load_cluster("p100x2"), TrinityOptions(**options), ctx).units
+
+    profile, cluster = units(), units(op_costs="cluster")
+    assert profile.compute_share.tolist() == pytest.approx([0.2, 0.6, 0.2, 0.0])
+    assert cluster.compute_share.tolist() == pytest.approx([10 / 61, 50 / 61, 1 / 61, 0.0])
+    np.testing.assert_allclose(cluster.numeric[:, 0].numpy(), zscore(np.log1p([10.0, 50.0, 1.0, 0.0])), rtol=1e-6)
+    np.testing.assert_array_equal(cluster.numeric[:, 1:].numpy(), profile.numeric[:, 1:].numpy())  # the rest as is
+    np.testing.assert_array_equal(profile.numeric.numpy(), feats.numeric)
+    with pytest.raises(TrinityError, match="op_costs"):
+        TrinityOptions(op_costs="gpu")

@@ -327,6 +327,10 @@ class OpGraph:
 
     def digest(self) -> str:
         """A short content hash: strategies record it to refuse a different graph."""
+        return self._digest
+
+    @cached_property
+    def _digest(self) -> str:  # a search saves every new best strategy with it: hashed once, not per save
         h = hashlib.sha256()
         h.update(json.dumps([(op.name, op.type) for op in self.ops]).encode())
         h.update(json.dumps([(e.src, e.dst, e.src_output) for e in self.edges]).encode())

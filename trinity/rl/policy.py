@@ -166,7 +166,9 @@ class Strategy:
 class UnitGraph:
     """The graph as the policy sees it: units (colocation groups), their features and links."""
 
-    def __init__(self, graph: OpGraph, features: OpFeatures):
+    def __init__(self, graph: OpGraph, features: OpFeatures, times_us: np.ndarray | None = None):
+        """``times_us``: per-op compute times the units' compute shares (and the METIS parts they balance)
+        are taken from; None = the profile's (``op.time_us``)."""
         a = graph.arrays
         self.unit_of_op = a.group.astype(np.int64)
         self.n_units = a.n_groups
@@ -175,7 +177,7 @@ class UnitGraph:
         np.add.at(numeric, self.unit_of_op, features.numeric)
         self.numeric = torch.from_numpy(numeric / counts[:, None])
         self.op_count = torch.from_numpy(counts)
-        times = np.array([op.time_us for op in graph.ops])
+        times = np.array([op.time_us for op in graph.ops]) if times_us is None else np.asarray(times_us, np.float64)
         share = np.bincount(self.unit_of_op, weights=times, minlength=self.n_units)
         self.compute_share = torch.from_numpy((share / max(share.sum(), 1e-12)).astype(np.float32))
         # Op types as an EmbeddingBag input: ops sorted by unit, with offsets.

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from trinity.cluster import Cluster
+from trinity.costs import op_times
 from trinity.errors import TrinityError
 from trinity.features import op_features
 from trinity.graph.ir import OpGraph
@@ -42,6 +43,9 @@ from trinity.reward import mdpe_reward
 from trinity.rl.agent import AgentContext, Samples, TwoLevelAgent, check_range, register
 from trinity.rl.algorithms import EMABaseline, normalised_advantages, ppo_loss, relabelled_devices
 from trinity.rl.policy import PlacementPolicy, PolicyConfig, UnitGraph, likeliest_device_probability
+
+#: where the policy's op costs come from (TrinityOptions.op_costs)
+OP_COSTS = ("profile", "cluster")
 
 
 @dataclass
@@ -94,6 +98,11 @@ class TrinityOptions:
     #: against the layered DAGs, README's *Relabelling mirror images*)
     relabel: bool = False
     embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
+    #: where the op costs the policy reads come from (the compute-time feature, each group's compute share,
+    #: the METIS parts' balance): "profile", the times the profile measured (the embed stage's features), or
+    #: "cluster", the cost model of the devices searched (`trinity.costs.op_times`, mean over devices): what
+    #: the simulator charges, and the same on every machine that exports the model
+    op_costs: str = "profile"
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     def __post_init__(self):
@@ -126,6 +135,8 @@ class TrinityOptions:
         if self.self_imitation_gate not in (None, "elite", "mode"):
             raise TrinityError(f"must be elite or mode, got {self.self_imitation_gate!r}", field="self_imitation_gate")
         check_range("trinity", "embedding_dim", self.embedding_dim, 1, 1024)
+        if self.op_costs not in OP_COSTS:
+            raise TrinityError(f"must be one of {', '.join(OP_COSTS)}, got {self.op_costs!r}", field="op_costs")
         check_range("trinity", "policy.lstm_hidden", self.policy.lstm_hidden, 1, 4096)
 
 
@@ -163,7 +174,8 @@ class TrinityAgent(TwoLevelAgent):
         # features from the pipeline's embed stage, or computed here (cached in ``feature_cache``)
         feats = ctx.features or op_features(graph, embedding_dim=options.embedding_dim, seed=ctx.embedding_seed,
                                             cache_dir=ctx.feature_cache)
-        self.units = UnitGraph(graph, feats)
+        times = op_times(graph, cluster).mean(axis=1) if options.op_costs == "cluster" else None
+        self.units = UnitGraph(graph, feats if times is None else feats.with_times(times), times)
         self.unit_of_op = self.units.unit_of_op
         # Initialisation and dropout draw from torch's global generator; the agent keeps its own state
         # of it (trinity.rl.agent.own_rng), so other code, or another search, cannot shift its stream.
