@@ -87,13 +87,6 @@ class OpFeatures:
     def vocabulary_size(self) -> int:
         return len(VOCABULARY) + 1
 
-    def with_times(self, times_us: np.ndarray) -> "OpFeatures":
-        """The same features with the compute-time column computed from ``times_us`` (per op), e.g. the
-        cost model of the devices a search places on instead of the profile's."""
-        numeric = self.numeric.copy()
-        numeric[:, 0] = zscore(np.log1p(np.asarray(times_us, np.float64)))
-        return OpFeatures(self.type_ids, numeric)
-
     def save(self, path: str | os.PathLike, graph: OpGraph) -> None:
         """Write to ``.npz`` with the digest of the graph they describe (atomic)."""
         buf = io.BytesIO()

@@ -37,7 +37,7 @@ import torch
 from trinity.cluster import Cluster
 from trinity.costs import op_times
 from trinity.errors import TrinityError
-from trinity.features import op_features
+from trinity.features import OpFeatures, op_features, zscore
 from trinity.graph.ir import OpGraph
 from trinity.reward import mdpe_reward
 from trinity.rl.agent import AgentContext, Samples, TwoLevelAgent, check_range, register
@@ -174,8 +174,13 @@ class TrinityAgent(TwoLevelAgent):
         # features from the pipeline's embed stage, or computed here (cached in ``feature_cache``)
         feats = ctx.features or op_features(graph, embedding_dim=options.embedding_dim, seed=ctx.embedding_seed,
                                             cache_dir=ctx.feature_cache)
-        times = op_times(graph, cluster).mean(axis=1) if options.op_costs == "cluster" else None
-        self.units = UnitGraph(graph, feats if times is None else feats.with_times(times), times)
+        times = None
+        if options.op_costs == "cluster":  # the compute-time column (0) from the devices' cost model
+            times = op_times(graph, cluster).mean(axis=1)
+            numeric = feats.numeric.copy()
+            numeric[:, 0] = zscore(np.log1p(times))
+            feats = OpFeatures(feats.type_ids, numeric)
+        self.units = UnitGraph(graph, feats, times)
         self.unit_of_op = self.units.unit_of_op
         # Initialisation and dropout draw from torch's global generator; the agent keeps its own state
         # of it (trinity.rl.agent.own_rng), so other code, or another search, cannot shift its stream.
