@@ -66,6 +66,34 @@ def test_finds_the_known_optimum(tmp_path, method):
         assert search.history[-1]["charts/step_time_ms_mean"] == 0.6
 
 
+def test_the_best_strategy_file_holds_the_last_best_however_rarely_it_is_written(tmp_path, monkeypatch):
+    """best_strategy.json is written at most every BEST_SAVE_EVERY_S during the loop (the first best at once),
+    and at the loop's end whatever the time: never a best older than the one returned."""
+    import trinity.rl.search as search_module
+
+    from trinity.graph.synthetic import layered_dag
+
+    monkeypatch.setattr(search_module, "BEST_SAVE_EVERY_S", 1e9)
+    g = layered_dag(40, 60, seed=1)  # its search improves until iteration 21
+    search = Search(g, cluster(), config("trinity", 40, agent={"explore": 0.0}), tmp_path, progress=False)
+    written = []  # the iteration of each best written
+    real_save = search._save_best
+
+    def save():
+        if search._unsaved_best is not None:
+            written.append(search._unsaved_best["iteration"])
+        real_save()
+
+    search._save_best = save
+    best = search.run()
+    assert written[0] == 0 < best.iteration  # the first best at once; the search improved after it
+    saved = Strategy.load(tmp_path / "best_strategy.json")
+    assert list(saved.to_array(g, cluster())) == list(best.placement)
+    assert saved.meta["iteration"] == best.iteration and saved.meta["reward"] == best.reward
+    # then only at the checkpoints (every 10 iterations): not at each improvement
+    assert len(written) <= 1 + 40 // 10 and written[-1] == best.iteration
+
+
 def test_kill_and_resume_equals_uninterrupted(tmp_path):
     g = two_chains()
     full = Search(g, cluster(), config("trinity", 30), tmp_path / "full", progress=False)
