@@ -10,7 +10,7 @@ from trinity.fileio import write_yaml
 from trinity.graph import save_graph
 from trinity.graph.ir import Edge, Op, OpGraph
 from trinity.placement import Strategy
-from trinity.runtime.resimulate import compare, main, parts
+from trinity.runtime.resimulate import compare, main, parts, resimulate_part
 
 from conftest import make_cluster
 
@@ -48,6 +48,28 @@ def test_compare_recomputes_the_simulated_step_times(tmp_path):
     assert row["now_rank_correlation"] == pytest.approx(np.sqrt(3) / 2)  # ranks (3, 2, 1) against (2.5, 2.5, 1)
     assert row["streams2_step_error_median"] == 0.0 and row["streams2_step_error_p90"] == 0.0
     assert row["streams2_rank_correlation"] == pytest.approx(1.0)
+
+
+def test_op_times_are_anchored_to_the_one_worker_step_of_the_same_rounds(tmp_path):
+    validation_folder(tmp_path, make_cluster(2))
+    table = pd.read_csv(tmp_path / "results.csv")
+    # the whole step on one worker (16 us simulated) measured at 24 us in the part's rounds: every op x1.5
+    table["source"] = table["strategy"]
+    table.loc[table["strategy"] == "single", "real_step_ms"] = 0.024
+    table.to_csv(tmp_path / "results.csv", index=False)
+    rows = resimulate_part(tmp_path, make_cluster(2)).set_index("strategy")
+    assert (rows["anchor_scale"] == 1.5).all()
+    # a 15 us, b 7.5, c 1.5, transfers as before: b-only 15 + 1.5 on d0, b at 15 + 4 -> 26.5; c-only 15 + 7.5
+    assert rows.loc[["b-only", "c-only", "single"], "sim_step_ms"].tolist() == pytest.approx([0.0265, 0.0225, 0.024])
+    assert rows.loc["single", "step_error"] == pytest.approx(0.0)
+    # the anchor is the calibration's now: no held-out figure counts it
+    assert rows["calibration_set"].to_dict() == {"both": False, "b-only": False, "c-only": False, "single": True}
+    table.loc[table["strategy"] == "single", "real_step_ms"] = 0.016 * 3  # x3: the machine changed
+    table.to_csv(tmp_path / "results.csv", index=False)
+    with pytest.raises(TrinityError, match=r"0\.0 ms in the validation's rounds and at 0\.0 ms as the "
+                                           r"calibration simulates it \(x3\.00\)") as err:
+        resimulate_part(tmp_path, make_cluster(2))
+    assert err.value.field == "calibration"
 
 
 def test_runs_and_batches_are_found_and_bad_input_refused(tmp_path, capsys):

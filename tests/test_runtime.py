@@ -350,8 +350,12 @@ def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
     assert (table["real_step_ms"] > 0).all() and (table["sim_step_ms"] > 0).all()
     rows = table.set_index("strategy")
     assert rows.loc["single", "real_crossed_MB"] == 0 and rows.loc["round-robin", "real_crossed_MB"] > 0
+    # the op times anchored to the one-worker step of these rounds: it is simulated as measured, and fitted
+    assert rows.loc["single", "step_error"] == pytest.approx(0.0, abs=1e-9)
+    assert rows["calibration_set"].to_dict() == {"single": True, "round-robin": True}  # a fit placer
     summary = json.loads((out / "summary.json").read_text())
     assert summary["strategies"] == 2 and summary["overridden_ops"] == 0
+    assert 0.5 <= summary["anchor_scale"] <= 2.0 and (table["anchor_scale"] == summary["anchor_scale"]).all()
     assert (out / "sim_vs_real.png").stat().st_size > 0
     cluster = (out / "calibration" / "cluster.yaml").read_text()
     assert "worker0" in cluster and "worker1" in cluster and "bandwidth_GBps" in cluster

@@ -395,14 +395,16 @@ def machine_of(workers: Workers) -> dict:
     return {"machine": socket.gethostname(), "threads_per_worker": threads} if threads else {}
 
 
-def anchored(graph: OpGraph, profiled_us: float, measured_us: float) -> tuple[OpGraph, float]:
+def anchored(graph: OpGraph, profiled_us: float, measured_us: float, *, measured: str = "beside the fit set",
+             profiled: str = "when profiled") -> tuple[OpGraph, float]:
     """(``graph`` with every measured op time scaled by one factor, the factor): how much slower the whole
     step on one worker ran beside the fit set (``measured_us``) than when its ops were profiled
-    (``profiled_us``, the profile's untraced step), the machine's drift in between."""
+    (``profiled_us``, the profile's untraced step), the machine's drift in between. ``measured`` and
+    ``profiled`` say when each was taken, for the error a change too large to be drift gets."""
     factor = measured_us / profiled_us
     if not ANCHOR_RANGE[0] <= factor <= ANCHOR_RANGE[1]:
-        raise TrinityError(f"the whole step on one worker ran at {measured_us / 1e3:.1f} ms beside the fit set and "
-                           f"at {profiled_us / 1e3:.1f} ms when profiled (x{factor:.2f}): the machine changed under "
+        raise TrinityError(f"the whole step on one worker ran at {measured_us / 1e3:.1f} ms {measured} and "
+                           f"at {profiled_us / 1e3:.1f} ms {profiled} (x{factor:.2f}): the machine changed under "
                            "the calibration; rerun it on a quieter machine", field="calibration")
     return times_scaled(graph, factor), float(factor)
 

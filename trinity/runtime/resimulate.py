@@ -1,6 +1,7 @@
 """Simulate a finished validation again, without its workers: the measured step times stay, the
 simulated ones are recomputed the way `trinity.runtime.validate` computes them (the strategies it ran,
-on the calibrated graph of that batch and the run's calibrated cluster).
+on the calibrated graph of that batch, its op times anchored to the whole step on one worker as the
+part's rounds measured it, and the run's calibrated cluster).
 
 For a change to the simulator, or a what-if on a cluster term (``link_streams``), judged on the
 strategies already measured; ``--refit`` fits the transfer model again under each rule of `FIT_RULES`
@@ -31,9 +32,9 @@ from trinity.errors import TrinityError, run_main
 from trinity.fileio import read_json
 from trinity.graph import load_graph
 from trinity.placement import Strategy
-from trinity.runtime.calibrate import (FITTED_LATENCY_SCALES, LATENCY_SCALES, LINK_STREAMS, TransferFit,
-                                      fit_transfer_model, times_scaled)
-from trinity.runtime.validate import error_summary
+from trinity.runtime.calibrate import (ANCHOR_PLACER, FITTED_LATENCY_SCALES, LATENCY_SCALES, LINK_STREAMS,
+                                      TransferFit, fit_transfer_model, times_scaled)
+from trinity.runtime.validate import anchored_to_rounds, error_summary
 from trinity.sim import Simulator
 
 class FitRule(NamedTuple):
@@ -79,12 +80,19 @@ def _placement(part: Path, name: str, graph) -> np.ndarray:
 
 
 def resimulate_part(part: Path, cluster: Cluster) -> pd.DataFrame:
-    """The part's results.csv with ``sim_step_ms`` and ``step_error`` recomputed on ``cluster``
-    (rows the workers refused to run, with no measurement, are left as they are)."""
+    """The part's results.csv with ``sim_step_ms`` and ``step_error`` recomputed on ``cluster``, the op
+    times anchored to the part's own measurement of the whole step on one worker where it has one (then
+    ``anchor_scale`` and that row in the calibration set, as `validate` writes them; rows the workers
+    refused to run, with no measurement, keep no error)."""
     table = pd.read_csv(part / "results.csv")
     graph = load_graph(part / "calibration" / "graph.json.gz")
+    anchor = table[(table["source"] == ANCHOR_PLACER) & table["real_step_ms"].notna()] if "source" in table else []
+    if len(anchor):  # as `validate` anchors the op times to its rounds (a part measured before it did, too)
+        single = _placement(part, anchor["strategy"].iloc[0], graph)
+        measured_us = float(anchor["real_step_ms"].iloc[0]) * 1e3
+        graph, table["anchor_scale"] = anchored_to_rounds(graph, cluster, single, measured_us)
+        table.loc[anchor.index, "calibration_set"] = True
     sim = Simulator(graph, cluster)
-    table = table.copy()
     for i, row in table.iterrows():
         table.loc[i, "sim_step_ms"] = sim.simulate(_placement(part, row["strategy"], graph)).step_time_us / 1e3
     measured = table["real_step_ms"].notna()
@@ -144,7 +152,10 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
         placements = [placed[n].placement for n in measured]
     elif measured_from == "validation":  # its rows of the calibration set (a searched model's lack round-robin)
         table = pd.read_csv(top / "results.csv")
-        table = table[table["calibration_set"].astype(bool) & table["real_step_ms"].notna()]
+        fitted = table["calibration_set"].astype(bool) & table["real_step_ms"].notna()
+        if "source" in table:  # the rounds' anchor is in the calibration set, but nothing is fitted to it
+            fitted &= table["source"] != ANCHOR_PLACER
+        table = table[fitted]
         measured = dict(zip(table["strategy"], table["real_step_ms"] * 1e3))
         placements = [_placement(top, name, graph) for name in measured]
     else:

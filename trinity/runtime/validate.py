@@ -9,6 +9,16 @@ one row per strategy; rows are written to ``results.csv`` after every
 measurement, so a failure later keeps what was measured, and every strategy
 to ``strategies/<name>.json``.
 
+The machine's speed drifts between the calibration and the validation's
+rounds (NMT's strategies all ran 3-7% slower twenty minutes after the
+calibration timed them), and a batch other than the calibration's had no
+anchor at all. So once the rounds are done, the op times are scaled so that
+the whole step on one worker (the `single` placer, timed in the same
+rounds) is simulated as measured (`anchored_to_rounds`), as the calibration
+anchors its own fit set, and every strategy is simulated again on them.
+That strategy is then part of the calibration, as the fit placers are, and
+no held-out figure counts it.
+
 Errors are relative to the measurement: ``(sim - real) / real``.
 Communication compares the simulator's bytes sent (each tensor once per
 consuming device) with the bytes of the ``RecvTensor`` records.
@@ -29,7 +39,7 @@ from trinity.errors import PlacementError, TrinityError
 from trinity.fileio import atomic_write_bytes
 from trinity.graph.ir import OpGraph
 from trinity.placement import Strategy
-from trinity.runtime.calibrate import FIT_PLACERS
+from trinity.runtime.calibrate import ANCHOR_PLACER, FIT_PLACERS, anchored
 from trinity.runtime.runner import Measurement, Runner
 from trinity.runtime.workers import Workers
 
@@ -97,8 +107,20 @@ def _search_samples(graph, cluster, n, iterations, warm_start, seed, progress) -
     return out
 
 
-def _row(c: Candidate, sim, m: Measurement | None) -> dict:
-    row = {"strategy": c.name, "source": c.source, "calibration_set": c.source in FIT_PLACERS,
+def anchored_to_rounds(graph: OpGraph, cluster: Cluster, single: np.ndarray,
+                       measured_us: float) -> tuple[OpGraph, float]:
+    """(``graph`` with every measured op time scaled by one factor, the factor): measured over simulated
+    step time of the whole step on one worker (placement ``single``) in the validation's own rounds."""
+    from trinity.sim import Simulator
+
+    simulated = Simulator(graph, cluster).simulate(single).step_time_us
+    return anchored(graph, simulated, measured_us, measured="in the validation's rounds",
+                    profiled="as the calibration simulates it")
+
+
+def _row(c: Candidate, sim, m: Measurement | None, anchor_scale: float = float("nan")) -> dict:
+    row = {"strategy": c.name, "source": c.source, "calibration_set": c.source in (*FIT_PLACERS, ANCHOR_PLACER),
+           "anchor_scale": anchor_scale,
            "sim_step_ms": sim.step_time_us / 1e3,
            "sim_comm_MB": float(sim.sent_bytes.sum()) / 1e6,
            "sim_transfers": int((sim.transfers[:, 4] > 0).sum()),  # data transfers, as real_transfers counts
@@ -133,14 +155,28 @@ def validate(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluste
     by_name = {c.name: c for c in candidates}
     rows: dict[str, dict] = {}
 
-    def save(m: Measurement) -> None:
-        rows[m.name] = _row(by_name[m.name], sims[m.name], m)
+    def write() -> None:
         if out_dir is not None:
             table = pd.DataFrame(list(rows.values()) + refused)
             atomic_write_bytes(Path(out_dir) / "results.csv", table.to_csv(index=False).encode())
 
-    runner.measure_interleaved(runnable, rounds=rounds, steps=steps, warmup=warmup, progress=progress,
-                               on_result=save)
+    def save(m: Measurement) -> None:
+        rows[m.name] = _row(by_name[m.name], sims[m.name], m)
+        write()
+
+    measured = runner.measure_interleaved(runnable, rounds=rounds, steps=steps, warmup=warmup, progress=progress,
+                                          on_result=save)
+    anchor = next((c for c in candidates if c.source == ANCHOR_PLACER and c.name in measured), None)
+    if anchor is not None:  # simulated again on op times anchored to these rounds (module doc)
+        from trinity.sim import Simulator
+
+        graph, scale = anchored_to_rounds(graph, cluster, anchor.placement, measured[anchor.name].median_us)
+        simulator = Simulator(graph, cluster)
+        sims = {c.name: simulator.simulate(c.placement, trace=True) for c in candidates}
+        refused = [{**_row(by_name[r["strategy"]], sims[r["strategy"]], None, scale), "refused": r["refused"]}
+                   for r in refused]
+        rows.update({name: _row(by_name[name], sims[name], m, scale) for name, m in measured.items()})
+        write()
     return pd.DataFrame(list(rows.values()) + refused)
 
 
@@ -159,7 +195,8 @@ def comm_error_floor(rows: pd.DataFrame) -> pd.Series:
 def error_summary(table: pd.DataFrame) -> dict:
     """Median and 90th percentile of |relative error| of step time and communication: over every
     strategy, over those that split the step across workers, over those held out of the
-    calibration (the send CPU share is fitted to the placers in `FIT_PLACERS`) and over those both
+    calibration (the send CPU share is fitted to the placers in `FIT_PLACERS`, the op times anchored to
+    `ANCHOR_PLACER`'s one-worker step) and over those both
     held out and split; rank correlations of simulated against measured step times."""
     measured = table.dropna(subset=["real_step_ms"]) if "real_step_ms" in table else table.iloc[:0]
     step = measured["step_error"].abs()
@@ -190,6 +227,8 @@ def error_summary(table: pd.DataFrame) -> dict:
         "held_out_split_comm_error_floor_max": q(comm_error_floor(held_out_split), 1.0),
         **_noise(held_out_split, "held_out_split_"),
         "load_max": float(measured["load_max"].max()) if "load_max" in measured and len(measured) else float("nan"),
+        "anchor_scale": (float(measured["anchor_scale"].dropna().iloc[0])  # op times x this (module doc)
+                         if "anchor_scale" in measured and measured["anchor_scale"].notna().any() else float("nan")),
         "comm_error_median": q(comm, 0.5),
         "comm_error_p90": q(comm, 0.9),
         "overridden_ops": int(measured["overridden"].sum()) if len(measured) else 0,

@@ -217,5 +217,6 @@ def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, t
           .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print(f"validate {job.model} at batch {batch}: median |step error| {summary['step_error_median']:.3f} over "
           f"{summary['strategies']} strategies, held-out split {summary['held_out_split_step_error_median']:.3f} "
-          f"over {summary['held_out_split_strategies']} -> {out}")
+          f"over {summary['held_out_split_strategies']}, op times x{summary['anchor_scale']:.3f} to the one-worker "
+          f"step of these rounds -> {out}")
     return summary
