@@ -64,6 +64,16 @@ def test_op_times_are_anchored_to_the_one_worker_step_of_the_same_rounds(tmp_pat
     assert rows.loc["single", "step_error"] == pytest.approx(0.0)
     # the anchor is the calibration's now: no held-out figure counts it
     assert rows["calibration_set"].to_dict() == {"both": False, "b-only": False, "c-only": False, "single": True}
+    # beside it, the op times as they are (as before the round anchor): the held-out errors of the first test
+    row = compare(tmp_path, unanchored=True).iloc[0]
+    assert row["now_anchor_scale"] == 1.5 and np.isnan(row["unanchored_anchor_scale"])
+    assert row["unanchored_step_error_median"] == 0.0 and row["unanchored_step_error_p90"] == pytest.approx(0.8 / 19)
+    # anchored: c-only 22.5 against 15, b-only 26.5 against 19, both 28 against 19 (a 15, b's 4 us, then b 7.5
+    # on d1 while c's 3 us cross, c 1.5 after b): errors 0.5, 7.5 / 19 and 9 / 19
+    assert row["now_step_error_median"] == pytest.approx(9 / 19)
+    main([str(tmp_path), "--unanchored", "--csv", str(tmp_path / "anchor.csv")])
+    written = pd.read_csv(tmp_path / "anchor.csv")
+    assert list(written.columns[:3]) == ["model", "run", "batch"] and written["unanchored_step_error_median"][0] == 0.0
     table.loc[table["strategy"] == "single", "real_step_ms"] = 0.016 * 3  # x3: the machine changed
     table.to_csv(tmp_path / "results.csv", index=False)
     with pytest.raises(TrinityError, match=r"0\.0 ms in the validation's rounds and at 0\.0 ms as the "

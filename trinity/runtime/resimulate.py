@@ -6,13 +6,16 @@ part's rounds measured it, and the run's calibrated cluster).
 For a change to the simulator, or a what-if on a cluster term (``link_streams``), judged on the
 strategies already measured; ``--refit`` fits the transfer model again under each rule of `FIT_RULES`
 from the calibration's own measurements of the fit placers (nothing held out is read by a fit), the
-ablation of how the calibration chooses it. A validation folder (``results/validate/<model>/``) holds one part per
-run and batch: the folder itself (run 1, the model's own batch), ``batch<b>/``, ``run<r>/`` and
-``run<r>/batch<b>/``; each has results.csv, strategies/ and calibration/graph.json.gz, and each run's
-calibration/cluster.yaml serves all its batches (nothing is fitted at the other batches).
+ablation of how the calibration chooses it; ``--unanchored`` simulates on the calibrated op times as
+they are, as validations did before they anchored them to the one-worker step of their own rounds.
+A validation folder (``results/validate/<model>/``) holds one part per run and batch: the folder
+itself (run 1, the model's own batch), ``batch<b>/``, ``run<r>/`` and ``run<r>/batch<b>/``; each has
+results.csv, strategies/ and calibration/graph.json.gz, and each run's calibration/cluster.yaml serves
+all its batches (nothing is fitted at the other batches).
 
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --link-streams 4
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --refit calibration
+    python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --unanchored   # before the round anchor
     make validation-fit-rules   # both models, both sources -> reports/validation_fit_rules*.csv
 """
 
@@ -79,19 +82,22 @@ def _placement(part: Path, name: str, graph) -> np.ndarray:
     return Strategy.load(path).to_indices(graph, source=str(path))
 
 
-def resimulate_part(part: Path, cluster: Cluster) -> pd.DataFrame:
+def resimulate_part(part: Path, cluster: Cluster, round_anchor: bool = True) -> pd.DataFrame:
     """The part's results.csv with ``sim_step_ms`` and ``step_error`` recomputed on ``cluster``, the op
     times anchored to the part's own measurement of the whole step on one worker where it has one (then
     ``anchor_scale`` and that row in the calibration set, as `validate` writes them; rows the workers
-    refused to run, with no measurement, keep no error)."""
+    refused to run, with no measurement, keep no error). ``round_anchor=False``: on the calibrated graph's
+    op times as they are, as validations before the round anchor simulated them (that row still counted
+    in the calibration set, so both are judged on the same strategies)."""
     table = pd.read_csv(part / "results.csv")
     graph = load_graph(part / "calibration" / "graph.json.gz")
     anchor = table[(table["source"] == ANCHOR_PLACER) & table["real_step_ms"].notna()] if "source" in table else []
-    if len(anchor):  # as `validate` anchors the op times to its rounds (a part measured before it did, too)
+    if len(anchor):
+        table.loc[anchor.index, "calibration_set"] = True
+    if len(anchor) and round_anchor:  # as `validate` anchors the op times to its rounds (older parts too)
         single = _placement(part, anchor["strategy"].iloc[0], graph)
         measured_us = float(anchor["real_step_ms"].iloc[0]) * 1e3
         graph, table["anchor_scale"] = anchored_to_rounds(graph, cluster, single, measured_us)
-        table.loc[anchor.index, "calibration_set"] = True
     sim = Simulator(graph, cluster)
     for i, row in table.iterrows():
         table.loc[i, "sim_step_ms"] = sim.simulate(_placement(part, row["strategy"], graph)).step_time_us / 1e3
@@ -105,9 +111,10 @@ def resimulate_part(part: Path, cluster: Cluster) -> pd.DataFrame:
 FIGURES = ("held_out_split_step_error_median", "held_out_split_step_error_p90", "held_out_split_rank_correlation")
 
 
-def compare(folder, link_streams: int | None = None) -> pd.DataFrame:
+def compare(folder, link_streams: int | None = None, unanchored: bool = False) -> pd.DataFrame:
     """One row per run and batch: the committed figures, those of the simulator now on the calibrated
-    cluster, and (with ``link_streams``) those of the same cluster carrying that many transfers at once."""
+    cluster, (with ``link_streams``) those of the same cluster carrying that many transfers at once, and
+    (with ``unanchored``) those of the op times not anchored to the part's rounds (`resimulate_part`)."""
     rows = []
     for run, batch, part, cluster_file in parts(folder):
         cluster = load_cluster(cluster_file)
@@ -117,11 +124,14 @@ def compare(folder, link_streams: int | None = None) -> pd.DataFrame:
             # through the cluster file's checks: a bad count is refused naming link_streams
             streams = cluster_from_dict({**cluster.to_dict(), "link_streams": link_streams}, str(cluster_file))
             tables[f"streams{link_streams}"] = resimulate_part(part, streams)
+        if unanchored:
+            tables["unanchored"] = resimulate_part(part, cluster, round_anchor=False)
         row = {"run": run, "batch": int(committed["batch"].iloc[0]) if batch is None else batch,
                "held_out_split": int(error_summary(committed)["held_out_split_strategies"])}
         for name, table in tables.items():
             summary = error_summary(table)
             row.update({f"{name}_{key.removeprefix('held_out_split_')}": summary[key] for key in FIGURES})
+            row[f"{name}_anchor_scale"] = summary["anchor_scale"]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -201,18 +211,22 @@ def main(argv=None) -> None:
     p.add_argument("--refit", choices=("calibration", "validation"), default=None,
                    help="fit the transfer model again under each rule (objective, streams tried) to the fit placers' "
                         "step times as the calibration measured them, or as the validation did, and compare")
+    p.add_argument("--unanchored", action="store_true",
+                   help="also simulate on the calibrated op times as they are, not anchored to each part's rounds")
     p.add_argument("--csv", default=None, metavar="PATH",
-                   help="with --refit: write every folder's held-out figures per run, batch and rule, with the fit")
+                   help="write every folder's held-out figures per run and batch (with --refit: per rule, with the "
+                        "fit; else the comparison printed)")
     args = p.parse_args(argv)
-    if args.csv and not args.refit:
-        p.error("--csv needs --refit")
     pd.set_option("display.width", 200)
     fmt = {"float_format": lambda x: f"{x:.3f}", "index": False}
     tables = []
     for folder in args.folders:
         print(folder)
-        print(compare(folder, args.link_streams).to_string(**fmt))
-        if args.refit:
+        compared = compare(folder, args.link_streams, args.unanchored)
+        print(compared.to_string(**fmt))
+        if not args.refit:
+            tables.append(compared.assign(model=Path(folder).name))
+        else:
             fits, figures = refit(folder, args.refit)
             print(fits.to_string(**fmt))
             print(figures.to_string(**fmt))
@@ -220,7 +234,7 @@ def main(argv=None) -> None:
                                                                          measured_from=args.refit))
     if args.csv:
         table = pd.concat(tables, ignore_index=True)
-        first = ["model", "measured_from", "run", "batch", "rule"]
+        first = ["model", "measured_from", "run", "batch", "rule"] if args.refit else ["model", "run", "batch"]
         table[first + [c for c in table.columns if c not in first]].to_csv(args.csv, index=False)
         print(f"-> {args.csv}")
 
