@@ -92,6 +92,7 @@ def resimulate_part(part: Path, cluster: Cluster, round_anchor: bool = True) -> 
     table = pd.read_csv(part / "results.csv")
     graph = load_graph(part / "calibration" / "graph.json.gz")
     anchor = table[(table["source"] == ANCHOR_PLACER) & table["real_step_ms"].notna()] if "source" in table else []
+    table["anchor_scale"] = float("nan")  # the file's, if any, is set again below where anchored
     if len(anchor):
         table.loc[anchor.index, "calibration_set"] = True
     if len(anchor) and round_anchor:  # as `validate` anchors the op times to its rounds (older parts too)
