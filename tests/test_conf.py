@@ -161,8 +161,13 @@ def test_the_default_validation_covers_two_models_twice_and_bad_settings_name_th
     assert list(cfg.run.validate) == ["inception_v3", "nmt_2layer_s12"] and cfg.validation.runs == 2
     assert check_validation(cfg, "inception_v3") == [8] and check_validation(cfg, "nmt_2layer_s12") == [8]
     assert config.compose(["experiment=smoke"]).validation.runs == 1
+    assert list(cfg.validation.anchor_range) == [0.5, 2.0]  # the smoke graph's ms steps get a wider one
+    assert list(config.compose(["experiment=smoke"]).validation.anchor_range) == [0.2, 5.0]
     cores = len(os.sched_getaffinity(0))
     for override, model, field in (("validation.batches=[0]", "inception_v3", "validation.batches[0]"),
+                                   ("validation.anchor_range=[1.1,2]", "inception_v3", "validation.anchor_range"),
+                                   ("validation.anchor_range=[0.5]", "inception_v3", "validation.anchor_range"),
+                                   ("validation.anchor_range=[0.5,fast]", "inception_v3", "validation.anchor_range"),
                                    ("validation.batches=[8]", "layered12", "validation.batches"),
                                    ("validation.runs=0", "inception_v3", "validation.runs"),
                                    (f"validation.workers={cores + 1}", "inception_v3", "validation.workers"),

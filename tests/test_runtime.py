@@ -125,9 +125,11 @@ def test_anchored_scales_the_profile_by_the_drift_of_the_one_worker_step():
     assert scaled.ops[3].compute_us is None
     assert Simulator(scaled, make_cluster(2)).simulate(np.zeros(4, np.int64)).step_time_us == pytest.approx(24.0)
     assert scaled.digest() == g.digest() and g.ops[0].compute_us == 10.0  # same graph, the input untouched
-    with pytest.raises(TrinityError, match=r"x3\.00\): the machine changed") as err:
+    with pytest.raises(TrinityError, match=r"x3\.00, outside \[0\.5, 2\]\): the machine changed") as err:
         anchored(g, profiled_us=20.0, measured_us=60.0)
     assert err.value.field == "calibration"
+    _, factor = anchored(g, profiled_us=20.0, measured_us=60.0, allowed=(0.2, 5.0))  # a wider range takes it
+    assert factor == 3.0
 
 
 # 2. the placed and seeded GraphDef
@@ -335,15 +337,14 @@ def test_killed_worker_fails_the_run_and_nothing_is_left(tiny):
 # 10. the CLI end to end
 
 
-def test_cli_validate_end_to_end(tiny, tmp_path, capsys, monkeypatch):
+def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
     path, _, _ = tiny
-    # tiny_cnn's 4 ms step drifts up to x3 on a loaded CI machine, past the range a real calibration allows
-    # (that check has its own test in test_resimulate.py); here the anchor's arithmetic is what is checked
-    monkeypatch.setattr("trinity.runtime.calibrate.ANCHOR_RANGE", (0.1, 10.0))
     out = tmp_path / "validation"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = main(["validate", str(path), "--placers", "single", "round-robin", "--rounds", "1", "--steps", "1",
-                 "--warmup", "1", "--profile-steps", "2", "--out", str(out), "--mlflow-uri", uri])
+                 "--warmup", "1", "--profile-steps", "2", "--out", str(out), "--mlflow-uri", uri,
+                 # tiny_cnn's 4 ms step moves up to x3 on a loaded CI machine, past a real model's range
+                 "--anchor-range", "0.1", "10"])
     stdout, stderr = capsys.readouterr()
     assert code == 0, stderr
     assert "results in" in stdout
@@ -424,6 +425,33 @@ def test_cli_validate_refuses_strategy_for_another_graph_before_starting_workers
     assert code == 2
     assert err.startswith("trinity: error: ") and "graph_digest" in err and g.digest() in err
     assert not (tmp_path / "v" / "results.csv").exists()
+
+
+@pytest.mark.parametrize("low, high", [("0.5", "0.9"), ("1.5", "2"), ("0", "2"), ("0.5", "inf")])
+def test_cli_refuses_an_anchor_range_without_1_inside_before_starting_workers(tiny, tmp_path, capsys, monkeypatch,
+                                                                               low, high):
+    path, _, _ = tiny
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("workers were started")
+
+    monkeypatch.setattr(workers_module, "open_workers", no_workers)
+    monkeypatch.setattr(workers_module, "LocalWorkers", no_workers)
+    for command in ("validate", "calibrate"):
+        placers = ["--placers", "single"] if command == "validate" else []
+        code = main([command, str(path), *placers, "--anchor-range", low, high, "--calibration", str(tmp_path / "c")])
+        _, err = capsys.readouterr()
+        assert code == 2 and "anchor-range" in err.strip().splitlines()[-1], (command, err)
+
+
+def test_anchor_range_is_two_numbers_around_1():
+    from trinity.runtime.calibrate import anchor_range
+
+    assert anchor_range([0.2, 5]) == (0.2, 5.0) and anchor_range((1, 1)) == (1.0, 1.0)
+    for bad in (None, [1], [0.5, 2, 3], ["a", 2], [0, 2], [1.2, 2], [0.5, 0.9], [0.5, float("inf")]):
+        with pytest.raises(TrinityError) as err:
+            anchor_range(bad, field="f")
+        assert err.value.field == "f", bad
 
 
 def test_more_pinned_workers_than_cores_is_refused_before_starting():

@@ -306,6 +306,13 @@ def _exported(path):
     return g, read_graph_def(path, g)
 
 
+def _anchor_range(args) -> tuple[float, float]:
+    """--anchor-range, refused in one line unless 0 < LOW <= 1 <= HIGH; the default without it."""
+    from trinity.runtime.calibrate import ANCHOR_RANGE, anchor_range
+
+    return ANCHOR_RANGE if args.anchor_range is None else anchor_range(args.anchor_range, field="anchor-range")
+
+
 def _calibration(args, g, gd, workers, reuse: bool = True):
     """The calibrated (cluster, graph) for these workers: read from --calibration DIR (if ``reuse``),
     else measured and written there."""
@@ -314,7 +321,7 @@ def _calibration(args, g, gd, workers, reuse: bool = True):
     # `trinity validate` times the fit set as it times every strategy; `trinity calibrate` as its defaults
     timing = {f"fit_{k}": getattr(args, k) for k in ("rounds", "steps", "warmup") if hasattr(args, k)}
     cluster, cg, report = calibration_for(g, gd, workers, args.calibration, reuse=reuse, steps=args.profile_steps,
-                                          **timing)
+                                          allowed=_anchor_range(args), **timing)
     if report is not None:
         link, fit = report["link"], report["transfer_fit"]
         print(f"calibrated {workers.n} workers ({', '.join(workers.hosts)}): link latency {link['latency_us']:.0f} us, "
@@ -328,6 +335,7 @@ def _calibration(args, g, gd, workers, reuse: bool = True):
 
 
 def cmd_calibrate(args) -> None:
+    _anchor_range(args)  # refused before any worker starts
     g, gd = _exported(args.graph)
     with _workers(args) as workers:
         _calibration(args, g, gd, workers, reuse=False)
@@ -341,6 +349,7 @@ def cmd_validate(args) -> None:
     from trinity.plots import plot_sim_vs_real
     from trinity.runtime.validate import Candidate, candidate_strategies, error_summary, validate
 
+    _anchor_range(args)  # refused before any worker starts
     g, gd = _exported(args.graph)
     out = Path(args.out)
     if args.calibration is None:
@@ -364,7 +373,7 @@ def cmd_validate(args) -> None:
             raise TrinityError("nothing to run: give strategy files, --placers or --search-samples",
                                field="strategy")
         table = validate(cg, gd, workers, cluster, candidates, out_dir=out, rounds=args.rounds, steps=args.steps,
-                         warmup=args.warmup, timeout_s=args.timeout, progress=True)
+                         warmup=args.warmup, timeout_s=args.timeout, progress=True, anchor_range=_anchor_range(args))
     summary = error_summary(table)
     write_json(out / "summary.json", summary)
     tracker = None
@@ -527,6 +536,9 @@ def build_parser() -> argparse.ArgumentParser:
         w.add_argument("--cluster-spec", help="YAML/JSON file naming running workers: worker: [host:port, ...]")
         p.add_argument("--threads-per-worker", type=_int_in(1, MAX_THREADS), default=1)
         p.add_argument("--profile-steps", type=_int_in(1), default=10, help="traced steps when calibrating")
+        p.add_argument("--anchor-range", nargs=2, type=float, metavar=("LOW", "HIGH"),
+                       help="refuse a calibration whose one-worker step moved by a factor outside this (default "
+                            "0.5 2; a model whose step is a few ms needs more)")
 
     p = sub.add_parser("calibrate", help="measure workers' link and per-op costs; write the simulator's cluster")
     p.add_argument("graph", help="a TensorFlow export (its GraphDef lies beside it)")

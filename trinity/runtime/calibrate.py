@@ -277,6 +277,8 @@ FIT_PLACERS = ("metis", "m-etf", "m-topo", "expert", "round-robin")
 #: timed with the fit set: how far its step drifted since the profile scales the op times (`anchored`)
 ANCHOR_PLACER = "single"
 #: a profile and its re-reading further apart than this mean the machine changed under the calibration
+#: (`validation.anchor_range`; a model whose step is a few ms sits further out: the runtime's fixed cost
+#: per step, not drift, sets its ratio)
 ANCHOR_RANGE = (0.5, 2.0)
 #: the latency scales earlier calibrations fitted with the share (`resimulate.FIT_RULES` keeps them): above
 #: 1 because on NMT's single-thread workers a transfer in a busy step cost more than a lone round trip
@@ -395,17 +397,31 @@ def machine_of(workers: Workers) -> dict:
     return {"machine": socket.gethostname(), "threads_per_worker": threads} if threads else {}
 
 
+def anchor_range(value, field: str = "validation.anchor_range") -> tuple[float, float]:
+    """``value`` as the (low, high) bounds of an anchor's scale, refused in one line naming ``field``
+    unless two finite numbers 0 < low <= 1 <= high."""
+    try:
+        low, high = (float(x) for x in value)
+    except (TypeError, ValueError):
+        raise TrinityError(f"must be two numbers [low, high], got {value!r}", field=field) from None
+    if not 0 < low <= 1 <= high < np.inf:
+        raise TrinityError(f"must have 0 < low <= 1 <= high (finite), got [{low:g}, {high:g}]", field=field)
+    return low, high
+
+
 def anchored(graph: OpGraph, profiled_us: float, measured_us: float, *, measured: str = "beside the fit set",
-             profiled: str = "when profiled") -> tuple[OpGraph, float]:
+             profiled: str = "when profiled", allowed: tuple[float, float] = ANCHOR_RANGE) -> tuple[OpGraph, float]:
     """(``graph`` with every measured op time scaled by one factor, the factor): how much slower the whole
     step on one worker ran beside the fit set (``measured_us``) than when its ops were profiled
     (``profiled_us``, the profile's untraced step), the machine's drift in between. ``measured`` and
-    ``profiled`` say when each was taken, for the error a change too large to be drift gets."""
+    ``profiled`` say when each was taken, for the error a factor outside ``allowed`` (too large to be
+    drift) gets."""
     factor = measured_us / profiled_us
-    if not ANCHOR_RANGE[0] <= factor <= ANCHOR_RANGE[1]:
+    if not allowed[0] <= factor <= allowed[1]:
         raise TrinityError(f"the whole step on one worker ran at {measured_us / 1e3:.1f} ms {measured} and "
-                           f"at {profiled_us / 1e3:.1f} ms {profiled} (x{factor:.2f}): the machine changed under "
-                           "the calibration; rerun it on a quieter machine", field="calibration")
+                           f"at {profiled_us / 1e3:.1f} ms {profiled} (x{factor:.2f}, outside "
+                           f"[{allowed[0]:g}, {allowed[1]:g}]): the machine changed under the calibration; "
+                           "rerun it on a quieter machine", field="calibration")
     return times_scaled(graph, factor), float(factor)
 
 
@@ -417,9 +433,11 @@ def times_scaled(graph: OpGraph, factor: float) -> OpGraph:
 
 def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int = 10, warmup: int = 3,
               link_repeats: int = 20, fit_placers=FIT_PLACERS, fit_rounds: int = 3, fit_steps: int = 3,
-              fit_warmup: int = 2, progress: bool = True) -> tuple[Cluster, dict, OpGraph, dict]:
+              fit_warmup: int = 2, progress: bool = True,
+              allowed: tuple[float, float] = ANCHOR_RANGE) -> tuple[Cluster, dict, OpGraph, dict]:
     """(cluster, its YAML document, calibrated graph, report) for ``workers``. The fit set is timed as
-    ``trinity validate`` times every strategy (``fit_rounds`` interleaved rounds of ``fit_steps``)."""
+    ``trinity validate`` times every strategy (``fit_rounds`` interleaved rounds of ``fit_steps``);
+    ``allowed``: the range of the op times' anchor (`anchored`)."""
     from trinity.placers import place_each
     from trinity.runtime.runner import worker_cluster
 
@@ -449,7 +467,8 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
     anchor = {"placer": ANCHOR_PLACER, "scale": 1.0}
     if ANCHOR_PLACER in timed:
         anchor["measured_step_us"] = measured[ANCHOR_PLACER].median_us
-        costed, anchor["scale"] = anchored(costed, profile["step_us_median"], anchor["measured_step_us"])
+        costed, anchor["scale"] = anchored(costed, profile["step_us_median"], anchor["measured_step_us"],
+                                           allowed=allowed)
     fit = fit_transfer_model(costed, cluster, list(fit_set.values()), [measured[n].median_us for n in fit_set])
     doc = worker_cluster_yaml(workers, link, memory, fit, shared=shared)
     cluster = cluster_from_dict(doc, "calibration")
@@ -489,7 +508,8 @@ def check_calibration(folder, calibrated: OpGraph, cluster: Cluster, recorded: d
 
 def calibration_for(graph: OpGraph, graph_def: bytes, workers: Workers, folder, *, reuse: bool = True,
                     steps: int = 10, fit_rounds: int = 3, fit_steps: int = 3, fit_warmup: int = 2,
-                    progress: bool = True) -> tuple[Cluster, OpGraph, dict | None]:
+                    progress: bool = True, allowed: tuple[float, float] = ANCHOR_RANGE
+                    ) -> tuple[Cluster, OpGraph, dict | None]:
     """The calibrated (cluster, graph) for these workers, read from ``folder`` when ``reuse`` and it
     holds one for this graph and worker count, else measured and written there (cluster.yaml,
     graph.json.gz, calibration.json). The report is None when reused."""
@@ -505,7 +525,8 @@ def calibration_for(graph: OpGraph, graph_def: bytes, workers: Workers, folder, 
         check_calibration(folder, cg, cluster, read_yaml(cluster_file).get("calibration") or {}, graph, workers)
         return cluster, cg, None
     cluster, doc, cg, report = calibrate(graph, graph_def, workers, steps=steps, fit_rounds=fit_rounds,
-                                         fit_steps=fit_steps, fit_warmup=fit_warmup, progress=progress)
+                                         fit_steps=fit_steps, fit_warmup=fit_warmup, progress=progress,
+                                         allowed=allowed)
     write_yaml(cluster_file, doc)
     save_graph(cg, graph_file)
     write_json(folder / "calibration.json", report)

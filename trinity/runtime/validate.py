@@ -39,7 +39,7 @@ from trinity.errors import PlacementError, TrinityError
 from trinity.fileio import atomic_write_bytes
 from trinity.graph.ir import OpGraph
 from trinity.placement import Strategy
-from trinity.runtime.calibrate import ANCHOR_PLACER, FIT_PLACERS, anchored
+from trinity.runtime.calibrate import ANCHOR_PLACER, ANCHOR_RANGE, FIT_PLACERS, anchored
 from trinity.runtime.runner import Measurement, Runner
 from trinity.runtime.workers import Workers
 
@@ -107,15 +107,16 @@ def _search_samples(graph, cluster, n, iterations, warm_start, seed, progress) -
     return out
 
 
-def anchored_to_rounds(graph: OpGraph, cluster: Cluster, single: np.ndarray,
-                       measured_us: float) -> tuple[OpGraph, float]:
+def anchored_to_rounds(graph: OpGraph, cluster: Cluster, single: np.ndarray, measured_us: float,
+                       allowed: tuple[float, float] = ANCHOR_RANGE) -> tuple[OpGraph, float]:
     """(``graph`` with every measured op time scaled by one factor, the factor): measured over simulated
-    step time of the whole step on one worker (placement ``single``) in the validation's own rounds."""
+    step time of the whole step on one worker (placement ``single``) in the validation's own rounds
+    (a factor outside ``allowed`` is refused)."""
     from trinity.sim import Simulator
 
     simulated = Simulator(graph, cluster).simulate(single).step_time_us
     return anchored(graph, simulated, measured_us, measured="in the validation's rounds",
-                    profiled="as the calibration simulates it")
+                    profiled="as the calibration simulates it", allowed=allowed)
 
 
 def _row(c: Candidate, sim, m: Measurement | None, anchor_scale: float = float("nan")) -> dict:
@@ -135,7 +136,8 @@ def _row(c: Candidate, sim, m: Measurement | None, anchor_scale: float = float("
 
 def validate(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluster, candidates: list[Candidate], *,
              out_dir: str | os.PathLike | None = None, rounds: int = 3, steps: int = 3, warmup: int = 2,
-             timeout_s: float = 300.0, progress: bool = True) -> pd.DataFrame:
+             timeout_s: float = 300.0, progress: bool = True,
+             anchor_range: tuple[float, float] = ANCHOR_RANGE) -> pd.DataFrame:
     """Simulate and measure every candidate; one row each (see the module doc)."""
     if cluster.n_devices != workers.n:
         raise TrinityError(f"cluster {cluster.name!r} has {cluster.n_devices} devices for {workers.n} workers",
@@ -170,7 +172,8 @@ def validate(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluste
     if anchor is not None:  # simulated again on op times anchored to these rounds (module doc)
         from trinity.sim import Simulator
 
-        graph, scale = anchored_to_rounds(graph, cluster, anchor.placement, measured[anchor.name].median_us)
+        graph, scale = anchored_to_rounds(graph, cluster, anchor.placement, measured[anchor.name].median_us,
+                                          anchor_range)
         simulator = Simulator(graph, cluster)
         sims = {c.name: simulator.simulate(c.placement, trace=True) for c in candidates}
         refused = [{**_row(by_name[r["strategy"]], sims[r["strategy"]], None, scale), "refused": r["refused"]}

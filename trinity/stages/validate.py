@@ -77,6 +77,7 @@ def check_validation(cfg: DictConfig, model: str) -> list[int]:
     runs = v.get("runs", 1)
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise TrinityError(f"must be a positive integer, got {runs!r}", field="validation.runs")
+    anchor_range_of(cfg)
     if v.cluster_spec is None:
         cores = len(os.sched_getaffinity(0))
         if v.workers * v.threads_per_worker > cores:
@@ -87,6 +88,14 @@ def check_validation(cfg: DictConfig, model: str) -> list[int]:
         raise TrinityError(f"model {model!r} was not searched (not in run.models) and the validation has no "
                            "strategies of its own for it", field="validation.placers")
     return batches
+
+
+def anchor_range_of(cfg: DictConfig) -> tuple[float, float]:
+    """``validation.anchor_range`` (refused in one line if it is not 0 < low <= 1 <= high), else the default."""
+    from trinity.runtime.calibrate import ANCHOR_RANGE, anchor_range
+
+    value = cfg.validation.get("anchor_range")
+    return ANCHOR_RANGE if value is None else anchor_range(value)
 
 
 def own_candidates(cfg: DictConfig, graph, cluster) -> list:
@@ -146,7 +155,8 @@ def _one_run(cfg, job, graph, graph_def, batches, out, r: int, own, tracker) -> 
         # the fit set is timed as every strategy is below, so a fit and its judges read alike
         cluster, calibrated, report = calibration_for(graph, graph_def, workers, out / "calibration",
                                                       steps=v.profile_steps, fit_rounds=v.rounds,
-                                                      fit_steps=v.steps, fit_warmup=v.warmup, progress=True)
+                                                      fit_steps=v.steps, fit_warmup=v.warmup, progress=True,
+                                                      allowed=anchor_range_of(cfg))
         if report is not None:
             fit, shared = report["transfer_fit"], report["shared_machine"]
             tracker.log_metrics({f"calibration/run{r}/latency_us": report["link"]["latency_us"],
@@ -198,7 +208,7 @@ def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, t
 
     v = cfg.validation
     table = validate(graph, graph_def, workers, cluster, chosen, out_dir=out, rounds=v.rounds, steps=v.steps,
-                     warmup=v.warmup, timeout_s=v.timeout_s, progress=True)
+                     warmup=v.warmup, timeout_s=v.timeout_s, progress=True, anchor_range=anchor_range_of(cfg))
     table.insert(0, "batch", batch)
     table.insert(1, "run", run)
     table.to_csv(out / "results.csv", index=False)
