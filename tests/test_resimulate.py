@@ -10,7 +10,7 @@ from trinity.fileio import write_yaml
 from trinity.graph import save_graph
 from trinity.graph.ir import Edge, Op, OpGraph
 from trinity.placement import Strategy
-from trinity.runtime.resimulate import compare, main, parts, resimulate_part
+from trinity.runtime.resimulate import _placement, compare, main, parts, resimulate_part
 
 from conftest import make_cluster
 
@@ -127,8 +127,8 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     g = layered_dag(40, 90, seed=5, colocated_fraction=0.0, control_fraction=0.3)
     base = cluster_from_dict({"name": "w", "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(2)],
                               "default_link": {"bandwidth_GBps": 2.0, "latency_us": 200.0}})
-    truth = Simulator(g, dataclasses.replace(base, link_streams=4,
-                                             control_transfers=True, ready_order="lifo"))
+    model = dataclasses.replace(base, link_streams=4, control_transfers=True, ready_order="lifo")
+    truth = Simulator(g, model)
     fit_set = {name: place(name, g, base).placement for name in ("round-robin", "m-etf", "m-topo")}
     held_out = {f"random{s}": place("random", g, base, seed=s).placement for s in range(4)}
     calibration = tmp_path / "calibration"
@@ -171,6 +171,20 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     rules = pd.read_csv(tmp_path / "rules.csv")
     assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 7
     assert rules.set_index("rule").loc[today, "link_streams"] == 4
+    # the validation's rounds ran every op 1.5x slower, its one-worker step among them: fitted on the op times
+    # anchored to those rounds (as its rows are simulated), the same model is found again exactly
+    from trinity.runtime.calibrate import times_scaled
+
+    slow = Simulator(times_scaled(g, 1.5), model)
+    single = np.zeros(len(g.ops), np.int64)
+    Strategy.from_array(g, base, single).save(tmp_path / "strategies" / "single.json")
+    table = pd.DataFrame(rows + [{**rows[0], "strategy": "single", "calibration_set": True}])
+    table["source"] = table["strategy"].str.rstrip("0123456789")
+    table["real_step_ms"] = [slow.simulate(_placement(tmp_path, n, g)).step_time_us / 1e3 for n in table["strategy"]]
+    table.to_csv(tmp_path / "results.csv", index=False)
+    chosen = refit(tmp_path, "validation")[0].set_index("rule").loc[today]
+    assert (chosen["send_cpu_share"], chosen["latency_scale"], chosen["link_streams"]) == (0.0, 1.0, 4)
+    assert chosen["fit_error"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_refit_places_the_fit_set_on_the_op_times_it_was_placed_on(tmp_path, monkeypatch):

@@ -141,8 +141,8 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
     """The transfer model fitted again to run folder ``top``'s calibration set and the calibrated cluster
     it gives: the fit placers' strategies with the calibration's step times (``measured_from=
     "calibration"``: calibration.json, what the run was fitted to), or the validation's rows of the
-    calibration set with its own measurements (``"validation"``: medians of its rounds x steps), under
-    ``rule``."""
+    calibration set with its own measurements (``"validation"``: medians of its rounds x steps, on the
+    op times anchored to those rounds as `resimulate_part` simulates them), under ``rule``."""
     from trinity.placers import place_each
 
     calibration = top / "calibration"
@@ -166,6 +166,10 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
         fitted = table["calibration_set"].astype(bool) & table["real_step_ms"].notna()
         if "source" in table:  # the rounds' anchor is in the calibration set, but nothing is fitted to it
             fitted &= table["source"] != ANCHOR_PLACER
+        anchor = table[(table["source"] == ANCHOR_PLACER) & table["real_step_ms"].notna()] if "source" in table else []
+        if len(anchor):  # fitted on the op times its rows were simulated on: anchored to its rounds
+            graph, _ = anchored_to_rounds(graph, base, _placement(top, anchor["strategy"].iloc[0], graph),
+                                          float(anchor["real_step_ms"].iloc[0]) * 1e3)
         table = table[fitted]
         measured = dict(zip(table["strategy"], table["real_step_ms"] * 1e3))
         placements = [_placement(top, name, graph) for name in measured]
