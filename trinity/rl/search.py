@@ -42,8 +42,8 @@ from trinity.track import NullTracker
 #: the largest search budget (iterations) taken: more is a typo, not a run
 MAX_ITERATIONS = 1_000_000
 #: seconds between writes of a new best strategy to best_strategy.json during the loop: a search improves
-#: its best up to once an iteration, and each write serialises the whole placement (6% of an InceptionV3
-#: search); every checkpoint, the loop's end and an interrupt write the latest best whatever the time
+#: its best up to once an iteration, and each write serialises the whole placement (thousands of ops, written
+#: every iteration early on); every checkpoint, the loop's end and an interrupt write the latest best whatever the time
 BEST_SAVE_EVERY_S = 1.0
 
 
