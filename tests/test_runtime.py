@@ -445,12 +445,12 @@ def test_cli_refuses_an_anchor_range_without_1_inside_before_starting_workers(ti
 
 
 def test_anchor_range_is_two_numbers_around_1():
-    from trinity.runtime.calibrate import anchor_range
+    from trinity.runtime.calibrate import check_anchor_range
 
-    assert anchor_range([0.2, 5]) == (0.2, 5.0) and anchor_range((1, 1)) == (1.0, 1.0)
+    assert check_anchor_range([0.2, 5]) == (0.2, 5.0) and check_anchor_range((1, 1)) == (1.0, 1.0)
     for bad in (None, [1], [0.5, 2, 3], ["a", 2], [0, 2], [1.2, 2], [0.5, 0.9], [0.5, float("inf")]):
         with pytest.raises(TrinityError) as err:
-            anchor_range(bad, field="f")
+            check_anchor_range(bad, field="f")
         assert err.value.field == "f", bad
 
 

@@ -308,9 +308,9 @@ def _exported(path):
 
 def _anchor_range(args) -> tuple[float, float]:
     """--anchor-range, refused in one line unless 0 < LOW <= 1 <= HIGH; the default without it."""
-    from trinity.runtime.calibrate import ANCHOR_RANGE, anchor_range
+    from trinity.runtime.calibrate import ANCHOR_RANGE, check_anchor_range
 
-    return ANCHOR_RANGE if args.anchor_range is None else anchor_range(args.anchor_range, field="anchor-range")
+    return ANCHOR_RANGE if args.anchor_range is None else check_anchor_range(args.anchor_range, field="anchor-range")
 
 
 def _calibration(args, g, gd, workers, reuse: bool = True):
@@ -321,7 +321,7 @@ def _calibration(args, g, gd, workers, reuse: bool = True):
     # `trinity validate` times the fit set as it times every strategy; `trinity calibrate` as its defaults
     timing = {f"fit_{k}": getattr(args, k) for k in ("rounds", "steps", "warmup") if hasattr(args, k)}
     cluster, cg, report = calibration_for(g, gd, workers, args.calibration, reuse=reuse, steps=args.profile_steps,
-                                          allowed=_anchor_range(args), **timing)
+                                          anchor_range=_anchor_range(args), **timing)
     if report is not None:
         link, fit = report["link"], report["transfer_fit"]
         print(f"calibrated {workers.n} workers ({', '.join(workers.hosts)}): link latency {link['latency_us']:.0f} us, "

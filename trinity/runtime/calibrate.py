@@ -397,7 +397,7 @@ def machine_of(workers: Workers) -> dict:
     return {"machine": socket.gethostname(), "threads_per_worker": threads} if threads else {}
 
 
-def anchor_range(value, field: str = "validation.anchor_range") -> tuple[float, float]:
+def check_anchor_range(value, field: str = "validation.anchor_range") -> tuple[float, float]:
     """``value`` as the (low, high) bounds of an anchor's scale, refused in one line naming ``field``
     unless two finite numbers 0 < low <= 1 <= high."""
     try:
@@ -434,10 +434,10 @@ def times_scaled(graph: OpGraph, factor: float) -> OpGraph:
 def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int = 10, warmup: int = 3,
               link_repeats: int = 20, fit_placers=FIT_PLACERS, fit_rounds: int = 3, fit_steps: int = 3,
               fit_warmup: int = 2, progress: bool = True,
-              allowed: tuple[float, float] = ANCHOR_RANGE) -> tuple[Cluster, dict, OpGraph, dict]:
+              anchor_range: tuple[float, float] = ANCHOR_RANGE) -> tuple[Cluster, dict, OpGraph, dict]:
     """(cluster, its YAML document, calibrated graph, report) for ``workers``. The fit set is timed as
     ``trinity validate`` times every strategy (``fit_rounds`` interleaved rounds of ``fit_steps``);
-    ``allowed``: the range of the op times' anchor (`anchored`)."""
+    ``anchor_range``: the range of the op times' anchor (`anchored`)."""
     from trinity.placers import place_each
     from trinity.runtime.runner import worker_cluster
 
@@ -468,7 +468,7 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
     if ANCHOR_PLACER in timed:
         anchor["measured_step_us"] = measured[ANCHOR_PLACER].median_us
         costed, anchor["scale"] = anchored(costed, profile["step_us_median"], anchor["measured_step_us"],
-                                           allowed=allowed)
+                                           allowed=anchor_range)
     fit = fit_transfer_model(costed, cluster, list(fit_set.values()), [measured[n].median_us for n in fit_set])
     doc = worker_cluster_yaml(workers, link, memory, fit, shared=shared)
     cluster = cluster_from_dict(doc, "calibration")
@@ -508,7 +508,7 @@ def check_calibration(folder, calibrated: OpGraph, cluster: Cluster, recorded: d
 
 def calibration_for(graph: OpGraph, graph_def: bytes, workers: Workers, folder, *, reuse: bool = True,
                     steps: int = 10, fit_rounds: int = 3, fit_steps: int = 3, fit_warmup: int = 2,
-                    progress: bool = True, allowed: tuple[float, float] = ANCHOR_RANGE
+                    progress: bool = True, anchor_range: tuple[float, float] = ANCHOR_RANGE
                     ) -> tuple[Cluster, OpGraph, dict | None]:
     """The calibrated (cluster, graph) for these workers, read from ``folder`` when ``reuse`` and it
     holds one for this graph and worker count, else measured and written there (cluster.yaml,
@@ -526,7 +526,7 @@ def calibration_for(graph: OpGraph, graph_def: bytes, workers: Workers, folder, 
         return cluster, cg, None
     cluster, doc, cg, report = calibrate(graph, graph_def, workers, steps=steps, fit_rounds=fit_rounds,
                                          fit_steps=fit_steps, fit_warmup=fit_warmup, progress=progress,
-                                         allowed=allowed)
+                                         anchor_range=anchor_range)
     write_yaml(cluster_file, doc)
     save_graph(cg, graph_file)
     write_json(folder / "calibration.json", report)

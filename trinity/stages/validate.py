@@ -92,10 +92,10 @@ def check_validation(cfg: DictConfig, model: str) -> list[int]:
 
 def anchor_range_of(cfg: DictConfig) -> tuple[float, float]:
     """``validation.anchor_range`` (refused in one line if it is not 0 < low <= 1 <= high), else the default."""
-    from trinity.runtime.calibrate import ANCHOR_RANGE, anchor_range
+    from trinity.runtime.calibrate import ANCHOR_RANGE, check_anchor_range
 
     value = cfg.validation.get("anchor_range")
-    return ANCHOR_RANGE if value is None else anchor_range(value)
+    return ANCHOR_RANGE if value is None else check_anchor_range(value)
 
 
 def own_candidates(cfg: DictConfig, graph, cluster) -> list:
@@ -156,7 +156,7 @@ def _one_run(cfg, job, graph, graph_def, batches, out, r: int, own, tracker) -> 
         cluster, calibrated, report = calibration_for(graph, graph_def, workers, out / "calibration",
                                                       steps=v.profile_steps, fit_rounds=v.rounds,
                                                       fit_steps=v.steps, fit_warmup=v.warmup, progress=True,
-                                                      allowed=anchor_range_of(cfg))
+                                                      anchor_range=anchor_range_of(cfg))
         if report is not None:
             fit, shared = report["transfer_fit"], report["shared_machine"]
             tracker.log_metrics({f"calibration/run{r}/latency_us": report["link"]["latency_us"],
