@@ -82,6 +82,20 @@ def _placement(part: Path, name: str, graph) -> np.ndarray:
     return Strategy.load(path).to_indices(graph, source=str(path))
 
 
+def _anchor_row(table: pd.DataFrame) -> pd.DataFrame:
+    """The part's measured row of the whole step on one worker its op times are anchored to (none in
+    parts older than the anchor)."""
+    if "source" not in table:
+        return table.iloc[:0]
+    return table[(table["source"] == ANCHOR_PLACER) & table["real_step_ms"].notna()]
+
+
+def _anchored_to_part(part: Path, anchor: pd.DataFrame, graph, cluster: Cluster) -> tuple:
+    """(``graph`` anchored to the part's rounds, the scale) as `validate` anchors it (`anchored_to_rounds`)."""
+    single = _placement(part, anchor["strategy"].iloc[0], graph)
+    return anchored_to_rounds(graph, cluster, single, float(anchor["real_step_ms"].iloc[0]) * 1e3)
+
+
 def resimulate_part(part: Path, cluster: Cluster, round_anchor: bool = True) -> pd.DataFrame:
     """The part's results.csv with ``sim_step_ms`` and ``step_error`` recomputed on ``cluster``, the op
     times anchored to the part's own measurement of the whole step on one worker where it has one (then
@@ -91,14 +105,12 @@ def resimulate_part(part: Path, cluster: Cluster, round_anchor: bool = True) -> 
     in the calibration set, so both are judged on the same strategies)."""
     table = pd.read_csv(part / "results.csv")
     graph = load_graph(part / "calibration" / "graph.json.gz")
-    anchor = table[(table["source"] == ANCHOR_PLACER) & table["real_step_ms"].notna()] if "source" in table else []
+    anchor = _anchor_row(table)
     table["anchor_scale"] = float("nan")  # the file's, if any, is set again below where anchored
     if len(anchor):
         table.loc[anchor.index, "calibration_set"] = True
     if len(anchor) and round_anchor:  # as `validate` anchors the op times to its rounds (older parts too)
-        single = _placement(part, anchor["strategy"].iloc[0], graph)
-        measured_us = float(anchor["real_step_ms"].iloc[0]) * 1e3
-        graph, table["anchor_scale"] = anchored_to_rounds(graph, cluster, single, measured_us)
+        graph, table["anchor_scale"] = _anchored_to_part(part, anchor, graph, cluster)
     sim = Simulator(graph, cluster)
     for i, row in table.iterrows():
         table.loc[i, "sim_step_ms"] = sim.simulate(_placement(part, row["strategy"], graph)).step_time_us / 1e3
@@ -163,13 +175,11 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
         placements = [placed[n].placement for n in measured]
     elif measured_from == "validation":  # its rows of the calibration set (a searched model's lack round-robin)
         table = pd.read_csv(top / "results.csv")
-        fitted = table["calibration_set"].astype(bool) & table["real_step_ms"].notna()
-        if "source" in table:  # the rounds' anchor is in the calibration set, but nothing is fitted to it
-            fitted &= table["source"] != ANCHOR_PLACER
-        anchor = table[(table["source"] == ANCHOR_PLACER) & table["real_step_ms"].notna()] if "source" in table else []
+        anchor = _anchor_row(table)
+        # the rounds' anchor is in the calibration set, but nothing is fitted to it
+        fitted = table["calibration_set"].astype(bool) & table["real_step_ms"].notna() & ~table.index.isin(anchor.index)
         if len(anchor):  # fitted on the op times its rows were simulated on: anchored to its rounds
-            graph, _ = anchored_to_rounds(graph, base, _placement(top, anchor["strategy"].iloc[0], graph),
-                                          float(anchor["real_step_ms"].iloc[0]) * 1e3)
+            graph, _ = _anchored_to_part(top, anchor, graph, base)
         table = table[fitted]
         measured = dict(zip(table["strategy"], table["real_step_ms"] * 1e3))
         placements = [_placement(top, name, graph) for name in measured]
