@@ -8,7 +8,7 @@ and rank correlation, and the mean |error| of the fit placers' strategies the ca
 validation's own measurements of them). A term that lifts a part's rank only where it raises the fit set's
 error is one the calibration cannot choose: the data that says a term is missing, not mis-set.
 
-    make validation-what-if   # -> reports/validation_what_if.csv (~10 min, on the validate stage's outputs)
+    make validation-what-if   # -> reports/validation_what_if.csv (30 s, on the validate stage's outputs)
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ VARIANTS = {
     "latency x0.5": {"latency": "x0.5"},
     "latency x2": {"latency": "x2"},
     "ready_order fifo": {"ready_order": "fifo"},
+    "ready_order lifo": {"ready_order": "lifo"},  # a received tensor's readers on top: calibrations before today's
     "control_transfers off": {"control_transfers": False},
 }
 

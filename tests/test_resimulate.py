@@ -114,8 +114,8 @@ def test_cluster_file_terms_are_kept(tmp_path):
 
 def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp_path):
     """Fit placers' and held-out strategies' times made by a known model (the measured latency, 4 streams, control
-    edges sent, newest runnable op first): today's rule finds it again and judges the held-out ones
-    exactly; one stream cannot, nor free control edges, nor the oldest runnable op first."""
+    edges sent, newest runnable op first, a received tensor's readers last): today's rule finds it again and judges
+    the held-out ones exactly; one stream cannot, nor free control edges, nor a stack with arrivals on top."""
     import dataclasses
 
     from trinity.fileio import write_json
@@ -127,7 +127,7 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     g = layered_dag(40, 90, seed=5, colocated_fraction=0.0, control_fraction=0.3)
     base = cluster_from_dict({"name": "w", "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(2)],
                               "default_link": {"bandwidth_GBps": 2.0, "latency_us": 200.0}})
-    model = dataclasses.replace(base, link_streams=4, control_transfers=True, ready_order="lifo")
+    model = dataclasses.replace(base, link_streams=4, control_transfers=True, ready_order="lifo-arrivals-last")
     truth = Simulator(g, model)
     fit_set = {name: place(name, g, base).placement for name in ("round-robin", "m-etf", "m-topo")}
     held_out = {f"random{s}": place("random", g, base, seed=s).placement for s in range(4)}
@@ -149,13 +149,15 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
 
     fits, figures = refit(tmp_path)
     fits, figures = fits.set_index("rule"), figures.set_index("rule")
-    today, scaled = "mean-streams-control-lifo-latency-measured", "mean-streams-control-lifo"
+    today = "mean-streams-control-lifo-latency-measured-arrivals-last"
+    lifo = "mean-streams-control-lifo-latency-measured"
     assert list(fits.index) == ["median-1stream", "mean-1stream", "median-streams", "mean-streams",
-                                "mean-streams-control", scaled, today]
+                                "mean-streams-control", "mean-streams-control-lifo", lifo, today]
     chosen = fits.loc[today]
     assert (chosen["send_cpu_share"], chosen["latency_scale"], chosen["link_streams"], chosen["fit_error"]) == (
         0.0, 1.0, 4, 0.0)
-    assert (fits.loc[scaled, "latency_scale"], fits.loc[scaled, "fit_error"]) == (1.0, 0.0)  # scales tried, 1 found
+    # the same stack with the arrivals on top does not fit exactly: the ready order is seen by the fit
+    assert (fits.loc[["mean-streams-control-lifo", lifo], "fit_error"] > 0).all()
     assert figures.loc[today, "step_error_median"] == 0.0
     assert figures.loc[today, "rank_correlation"] == pytest.approx(1.0)
     assert (fits.loc[["median-1stream", "mean-1stream"], "link_streams"] == 1).all()
@@ -169,7 +171,7 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
         refit(tmp_path, "elsewhere")
     main([str(tmp_path), "--refit", "calibration", "--csv", str(tmp_path / "rules.csv")])
     rules = pd.read_csv(tmp_path / "rules.csv")
-    assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 7
+    assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 8
     assert rules.set_index("rule").loc[today, "link_streams"] == 4
     # the validation's rounds ran every op 1.5x slower, its one-worker step among them: fitted on the op times
     # anchored to those rounds (as its rows are simulated), the same model is found again exactly

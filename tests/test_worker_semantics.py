@@ -1,6 +1,7 @@
 """Two cluster terms of TensorFlow workers, exact on hand-built graphs, held to the reference simulator,
 and off by default (the simulator as it was): ``control_transfers`` (a control edge between devices
-moves an empty tensor) and ``ready_order: lifo`` (a device runs its newest runnable op first)."""
+moves an empty tensor) and ``ready_order: lifo`` (a device runs its newest runnable op first; with
+``lifo-arrivals-last``, an op readied by an arriving tensor after all the device readied itself)."""
 
 import numpy as np
 import pytest
@@ -121,15 +122,41 @@ def test_lifo_takes_the_newest_runnable_op_first():
             cluster_from_dict({**fifo.to_dict(), "ready_order": bad})
 
 
+# On d0, r (1 us) readies a (2 us) and b (3 us); on d1, s (0.5 us) sends 1000 B (1 us + 1 us) to c (1 us) on d0,
+# which arrives at 2.5 while b runs.
+ARRIVAL = OpGraph([Op("r", "R", 1.0), Op("a", "A", 2.0), Op("b", "B", 3.0), Op("c", "C", 1.0),
+                   Op("s", "S", 0.5, output_bytes=(1000,))],
+                  [Edge("r", "a", None), Edge("r", "b", None), Edge("s", "c", 0)])
+
+
+def test_lifo_arrivals_last_takes_an_op_readied_by_a_transfer_after_the_devices_own():
+    def ordered(order):
+        return cluster_from_dict({**make_cluster(2, latency_us=1.0, memory_GB=100.0).to_dict(), "ready_order": order})
+
+    expected = {"fifo": [0.0, 1.0, 3.0, 6.0, 0.0],  # a, b, then c (queued behind b)
+                "lifo": [0.0, 5.0, 1.0, 4.0, 0.0],  # b, then c (readied last, on top), then a
+                "lifo-arrivals-last": [0.0, 4.0, 1.0, 6.0, 0.0]}  # b, a, then c (at the bottom)
+    for order, starts in expected.items():
+        for res in both(ARRIVAL, ordered(order), [0, 0, 0, 0, 1]):
+            assert list(res.op_start) == starts and res.step_time_us == 7.0
+            assert [list(x) for x in res.transfers] == [[4, 0, 1, 0, 1000, 0.5, 2.5]]
+    # on one device nothing arrives: the same as lifo
+    for res in both(BRANCHES, cluster_from_dict({**make_cluster(1, memory_GB=100.0).to_dict(),
+                                                 "ready_order": "lifo-arrivals-last"}), [0, 0, 0, 0]):
+        assert list(res.op_start) == [0.0, 4.0, 1.0, 6.0]
+    assert cluster_from_dict(ordered("lifo-arrivals-last").to_dict()).ready_order == "lifo-arrivals-last"
+
+
+@pytest.mark.parametrize("order", ["lifo", "lifo-arrivals-last"])
 @pytest.mark.parametrize("seed", range(16))
-def test_fast_equals_reference_with_lifo(seed):
+def test_fast_equals_reference_with_lifo(seed, order):
     rng = np.random.default_rng(100 + seed)
     graph = layered_dag(int(rng.integers(5, 80)), int(rng.integers(8, 140)), seed=seed,
                         colocated_fraction=0.0, control_fraction=float(rng.uniform(0.0, 0.4)))
     terms = ({}, {"send_cpu_share": 0.4, "control_transfers": True}, {"corun_slowdown": 0.3, "link_streams": 2},
              {"link_streams": 3, "send_cpu_share": 0.2, "control_transfers": True})[seed % 4]
     cluster = cluster_from_dict({**make_cluster(1 + seed % 3, memory_GB=100.0).to_dict(), **terms,
-                                 "ready_order": "lifo"})
+                                 "ready_order": order})
     fast, ref = both(graph, cluster, rng.integers(0, cluster.n_devices, graph.n_ops))
     assert fast.step_time_us == ref.step_time_us
     np.testing.assert_array_equal(fast.op_end, ref.op_end)

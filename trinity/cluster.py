@@ -45,8 +45,13 @@ link like any transfer and takes its latency. Calibrated workers set it.
 ``ready_order`` (default ``fifo``: a device runs its runnable ops oldest
 first) can be ``lifo``: newest first, as a TensorFlow worker with one
 inter-op thread does (the thread pool takes its own last-queued task
-first), which follows one branch of the graph deeper before the next.
-Calibrated workers set it.
+first), which follows one branch of the graph deeper before the next; or
+``lifo-arrivals-last``: the same stack, but an op made runnable by a
+tensor arriving from another device joins its far end, taken after every op
+its own device readied. That is how a TensorFlow worker queues them: a
+``_Recv`` completes on a gRPC thread, outside the pool, and a task queued
+from outside the pool goes to the back of its queue, while the pool's own
+thread queues at the front and takes from there. Calibrated workers set it.
 """
 
 from __future__ import annotations
@@ -89,7 +94,7 @@ class Cluster:
     step_sync_us: float = 0.0  # s: a step over m devices takes s (m - 1) longer
     link_streams: int = 1  # k: transfers each sender carries at once (1: one at a time, FIFO)
     control_transfers: bool = False  # a control edge between devices moves an empty tensor
-    ready_order: str = "fifo"  # which runnable op a device takes next: the oldest, or (lifo) the newest
+    ready_order: str = "fifo"  # which runnable op a device takes next: the oldest, or (lifo...) the newest
 
     @property
     def n_devices(self) -> int:
@@ -318,7 +323,7 @@ def _link_streams(v: Any, source: str) -> int:
 
 
 #: Which runnable op a device takes next (see `trinity.sim`).
-READY_ORDERS = ("fifo", "lifo")
+READY_ORDERS = ("fifo", "lifo", "lifo-arrivals-last")
 
 
 def _ready_order(v: Any, source: str) -> str:

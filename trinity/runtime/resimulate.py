@@ -58,7 +58,9 @@ FIT_RULES = (FitRule("median-1stream", "median", (1,)), FitRule("mean-1stream", 
              FitRule("median-streams", "median", LINK_STREAMS), FitRule("mean-streams", "mean", LINK_STREAMS),
              FitRule("mean-streams-control", "mean", LINK_STREAMS, True),
              FitRule("mean-streams-control-lifo", "mean", LINK_STREAMS, True, "lifo"),
-             FitRule("mean-streams-control-lifo-latency-measured", "mean", LINK_STREAMS, True, "lifo", LATENCY_SCALES))
+             FitRule("mean-streams-control-lifo-latency-measured", "mean", LINK_STREAMS, True, "lifo", LATENCY_SCALES),
+             FitRule("mean-streams-control-lifo-latency-measured-arrivals-last", "mean", LINK_STREAMS, True,
+                     "lifo-arrivals-last", LATENCY_SCALES))
 
 
 def parts(folder) -> list[tuple[int, int | None, Path, Path]]:

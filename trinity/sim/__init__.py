@@ -5,7 +5,9 @@ and `fast.py` the compiled one the search uses):
 
 * Each device runs one op at a time, non-preemptively, taking ops from a FIFO
   of ops that became runnable on it (a stack with a cluster's ``ready_order:
-  lifo``: the newest first). An op is runnable when every in-edge is
+  lifo``: the newest first; with ``lifo-arrivals-last`` an op made runnable
+  by an arriving tensor goes to the stack's bottom instead, taken after
+  every op the device itself readied). An op is runnable when every in-edge is
   satisfied: a control edge or a same-device data edge when its producer
   ends, a cross-device data edge when the tensor has arrived.
 * When an op ends, each of its output tensors that some op on another device

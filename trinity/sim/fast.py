@@ -14,7 +14,8 @@ cost about what 4 do:
   table, so memory is O(ops + edges + devices).
 
 Ready ops wait in per-device linked lists (FIFO, or a stack with the cluster's
-``ready_order: lifo``), outgoing transfers in FIFO ones.
+``ready_order: lifo``, whose ops readied by an arriving tensor join its far end
+with ``lifo-arrivals-last``), outgoing transfers in FIFO ones.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class Simulator:
             a.in_ptr, a.src[a.in_edges], edge_tensor[a.in_edges], out_position[a.in_edges],
             np.ascontiguousarray(cluster.bandwidth), np.ascontiguousarray(cluster.latency),
             float(cluster.send_cpu_share), float(cluster.corun_slowdown), float(cluster.step_sync_us),
-            int(cluster.link_streams), cluster.ready_order == "lifo",
+            int(cluster.link_streams), cluster.ready_order != "fifo", cluster.ready_order == "lifo-arrivals-last",
         )
         self._memory = cluster.memory.astype(np.float64)
 
@@ -148,7 +149,7 @@ def _sort_members(members):
 @numba.njit(cache=True, error_model="numpy", nogil=True)  # nogil: a batch simulates on several threads
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
               temporary, indegree, out_ptr, out_dst, out_tensor, by_tensor, in_ptr, in_src, in_tensor, in_position, bandwidth,
-              latency, cpu_share, corun, sync_us, streams, lifo):
+              latency, cpu_share, corun, sync_us, streams, lifo, arrivals_last):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
@@ -195,7 +196,8 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     end = np.zeros(n)
 
     # Per-device linked lists: ready work (op v, or n + x: the sender's CPU share of transfer x),
-    # FIFO or (`lifo`) a stack, and transfers waiting for the sender, FIFO.
+    # FIFO or (`lifo`) a stack whose far end (`arrivals_last`) takes the ops readied by an arriving
+    # tensor, and transfers waiting for the sender, FIFO.
     x_cap = n_edges + 1
     ready_head = np.full(n_dev, -1, np.int64)
     ready_tail = np.full(n_dev, -1, np.int64)
@@ -425,9 +427,9 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
             while k >= 0:  # the copy's readers, in edge order
                 v = out_dst[k]
                 waiting[v] -= 1
-                if waiting[v] == 0:
+                if waiting[v] == 0:  # readied from outside the device: with `arrivals_last`, taken last
                     _mark(compute_flag, compute, dd)
-                    _make_ready(ready_head, ready_tail, ready_next, dd, v, lifo)
+                    _make_ready(ready_head, ready_tail, ready_next, dd, v, lifo and not arrivals_last)
                 k = copy_next[k]
     for d in range(n_dev):
         if live[d] > peak[d]:

@@ -37,8 +37,11 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
         in_edges[idx[e.dst]].append((idx[e.src], k))
     waiting = [len(in_edges[v]) for v in range(graph.n_ops)]
 
-    ready = [deque() for _ in range(n_dev)]  # per-device runnable ops, taken first in first out or (lifo) last
-    lifo = cluster.ready_order == "lifo"
+    # Per-device runnable ops, taken first in first out or (lifo) last in first out; with
+    # lifo-arrivals-last an op readied by an arriving tensor is put at the end taken last.
+    ready = [deque() for _ in range(n_dev)]
+    lifo = cluster.ready_order != "fifo"
+    arrivals_last = cluster.ready_order == "lifo-arrivals-last"
     outbox = [deque() for _ in range(n_dev)]  # per-device FIFO of tensors to send
     computing = [False] * n_dev
     sending = [0] * n_dev  # transfers each sender has on its links (at most the cluster's link_streams)
@@ -70,10 +73,13 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
         heapq.heappush(events, (now + work * stretch, seq, version[d], kind, payload))
         seq += 1
 
-    def one_input_arrived(v):
+    def one_input_arrived(v, from_another_device=False):
         waiting[v] -= 1
         if waiting[v] == 0:
-            ready[dev[v]].append(v)
+            if from_another_device and arrivals_last:
+                ready[dev[v]].appendleft(v)
+            else:
+                ready[dev[v]].append(v)
 
     share = cluster.send_cpu_share
 
@@ -141,7 +147,7 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
             sending[x["src"]] -= 1
             for v, k in out_edges[x["producer"]]:
                 if k == x["output"] and dev[v] == x["dst"]:
-                    one_input_arrived(v)
+                    one_input_arrived(v, from_another_device=True)
         dispatch()
 
     # Memory: every buffer is live over [alloc, free); the peak is the largest sum at any instant.
