@@ -42,8 +42,8 @@ lifo-arrivals-last``. Without the first two (control edges and the stack),
 strategies annealed for InceptionV3 were simulated at 0.85-1.06x the whole
 step on one worker and ran at 1.08-1.54x it (``make worker-semantics``);
 the arrivals' place lifted the rank correlation of InceptionV3's held-out
-splits at batch 64 from 0.58 / 0.62 to 0.73 / 0.74 on the same
-measurements (``make validation-fit-rules``).
+splits at batch 64 from 0.48 / 0.64 to 0.68 / 0.66 on the committed
+validation, each order with its own fit (``make validation-fit-rules``).
 
 Workers that share one machine and one master cost a step more than its ops
 and transfers: `measure_shared_machine` times the master's step protocol
