@@ -133,7 +133,7 @@ def test_table5_is_trinitys_change_against_hierarchical(report):
 #: results.csv files without the measurement's quartiles and the machine's load (older runs), one run each
 NO_NOISE = {"held_out_split_spread_median": None, "held_out_split_resolved_pairs": None,
             "held_out_split_resolved_concordance": None, "load_max": None, "held_out_split_run_to_run_rank": None,
-            "held_out_split_run_to_run_error_rank": None}
+            "held_out_split_run_to_run_error_rank": None, "held_out_split_rank_for_reliability": None}
 
 
 def test_summary_and_metrics_json(report):
@@ -401,8 +401,22 @@ def test_validation_runs_and_measurement_noise(tmp_path):
     # and the simulator misses them in the same order: errors 0.1, -0.04, -0.05 then 0.2, 0.06, -0.43
     assert one["held_out_split_run_to_run_error_rank"] == two["held_out_split_run_to_run_error_rank"] == 1.0
     assert errors["m b8 run2"]["held_out_split_run_to_run_error_rank"] is None
+    # against measurements that repeat exactly, the rank stands as it is: 1 in run 1, -0.5 in run 2 (a, b, c
+    # simulated 3rd, 1st, 2nd); batch 8 has one run to read a reliability from
+    assert (one["held_out_split_rank_for_reliability"], two["held_out_split_rank_for_reliability"]) == (1.0, -0.5)
+    assert errors["m b8 run2"]["held_out_split_rank_for_reliability"] is None
     plot_sim_vs_real_all(measured(table), tmp_path / "scatter.png")
     assert (tmp_path / "scatter.png").stat().st_size > 0
+
+
+def test_rank_for_reliability_is_the_rank_over_the_square_root_of_the_measurements_own():
+    from trinity.report.summary import rank_for_reliability
+
+    assert rank_for_reliability(0.5, 0.25) == 1.0
+    assert rank_for_reliability(0.68, 0.7) == round(0.68 / 0.7 ** 0.5, 4) == 0.8128
+    assert rank_for_reliability(-0.3, 0.36) == -0.5
+    for rank, retest in ((0.5, None), (None, 0.8), (0.5, 0.0), (0.5, -0.2)):  # no second run, or runs that disagree
+        assert rank_for_reliability(rank, retest) is None
 
 
 def test_a_missed_bar_says_by_how_much_and_what_the_measurement_shows():
@@ -425,6 +439,12 @@ def test_a_missed_bar_says_by_how_much_and_what_the_measurement_shows():
     assert target_misses("m", floored)[1:] == [f"- m: rank correlation 0.7998, 0.0002 under the 0.8 bar{why}"]
     just_over = {**floored, "held_out_split_step_error_median": 0.1003}  # a median that rounds to the bar: exact
     assert target_misses("m", just_over)[0] == f"- m: median error 10.03%, 0.03 points over the 10% bar{why}"
+    retested = {**floored, "held_out_split_rank_correlation": 0.68, "held_out_split_run_to_run_rank": 0.7,
+                "held_out_split_rank_for_reliability": 0.8128}
+    assert target_misses("m", retested)[1] == (
+        "- m: rank correlation 0.68, 0.12 under the 0.8 bar (40% of strategy pairs lie further apart than their "
+        "measured IQRs (the simulator orders 50.0% of those alike); two runs' measurements rank them 0.70 alike, so "
+        f"against an exact measurement the rank would be about 0.81; the machine's load reached 100.0 on {cores} cores)")
     good = {**v, "held_out_split_step_error_median": 0.05, "held_out_split_rank_correlation": 0.9,
             "held_out_split_comm_error_max": 0.001}
     assert target_misses("m b64", good) == []
