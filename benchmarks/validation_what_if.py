@@ -44,7 +44,7 @@ VARIANTS = {
     "latency x0.5": {"latency": "x0.5"},
     "latency x2": {"latency": "x2"},
     "ready_order fifo": {"ready_order": "fifo"},
-    "ready_order lifo": {"ready_order": "lifo"},  # a received tensor's readers on top: calibrations before today's
+    "ready_order lifo": {"ready_order": "lifo"},  # a received tensor's readers on top, as before lifo-arrivals-last
     "control_transfers off": {"control_transfers": False},
 }
 

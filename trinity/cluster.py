@@ -94,7 +94,7 @@ class Cluster:
     step_sync_us: float = 0.0  # s: a step over m devices takes s (m - 1) longer
     link_streams: int = 1  # k: transfers each sender carries at once (1: one at a time, FIFO)
     control_transfers: bool = False  # a control edge between devices moves an empty tensor
-    ready_order: str = "fifo"  # which runnable op a device takes next: the oldest, or (lifo...) the newest
+    ready_order: str = "fifo"  # which runnable op a device takes next: the oldest, or the newest (READY_ORDERS)
 
     @property
     def n_devices(self) -> int:
