@@ -133,7 +133,8 @@ def test_table5_is_trinitys_change_against_hierarchical(report):
 #: results.csv files without the measurement's quartiles and the machine's load (older runs), one run each
 NO_NOISE = {"held_out_split_spread_median": None, "held_out_split_resolved_pairs": None,
             "held_out_split_resolved_concordance": None, "load_max": None, "held_out_split_run_to_run_rank": None,
-            "held_out_split_run_to_run_error_rank": None, "held_out_split_rank_for_reliability": None}
+            "held_out_split_run_to_run_error_rank": None, "held_out_split_rank_for_reliability": None,
+            "held_out_split_rounds_for_retest": None}
 
 
 def test_summary_and_metrics_json(report):
@@ -405,6 +406,8 @@ def test_validation_runs_and_measurement_noise(tmp_path):
     # simulated 3rd, 1st, 2nd); batch 8 has one run to read a reliability from
     assert (one["held_out_split_rank_for_reliability"], two["held_out_split_rank_for_reliability"]) == (1.0, -0.5)
     assert errors["m b8 run2"]["held_out_split_rank_for_reliability"] is None
+    assert one["held_out_split_rounds_for_retest"] == 1.0  # the runs agree already
+    assert errors["m b8 run2"]["held_out_split_rounds_for_retest"] is None
     plot_sim_vs_real_all(measured(table), tmp_path / "scatter.png")
     assert (tmp_path / "scatter.png").stat().st_size > 0
 
@@ -417,6 +420,17 @@ def test_rank_for_reliability_is_the_rank_over_the_square_root_of_the_measuremen
     assert rank_for_reliability(-0.3, 0.36) == -0.5
     for rank, retest in ((0.5, None), (None, 0.8), (0.5, 0.0), (0.5, -0.2)):  # no second run, or runs that disagree
         assert rank_for_reliability(rank, retest) is None
+
+
+def test_rounds_for_retest_is_the_spearman_brown_prophecy():
+    from trinity.report.summary import rounds_for_retest
+
+    assert rounds_for_retest(0.5) == 9.0  # 0.9 * 0.5 / (0.5 * 0.1)
+    assert rounds_for_retest(0.75, target=0.8) == round(0.8 * 0.25 / (0.75 * 0.2), 2) == 1.33
+    assert rounds_for_retest(0.7) == round(0.9 * 0.3 / 0.07, 2) == 3.86
+    assert rounds_for_retest(0.95) == rounds_for_retest(0.9) == 1.0
+    for retest in (None, 0.0, -0.3):
+        assert rounds_for_retest(retest) is None
 
 
 def test_a_missed_bar_says_by_how_much_and_what_the_measurement_shows():
@@ -440,11 +454,12 @@ def test_a_missed_bar_says_by_how_much_and_what_the_measurement_shows():
     just_over = {**floored, "held_out_split_step_error_median": 0.1003}  # a median that rounds to the bar: exact
     assert target_misses("m", just_over)[0] == f"- m: median error 10.03%, 0.03 points over the 10% bar{why}"
     retested = {**floored, "held_out_split_rank_correlation": 0.68, "held_out_split_run_to_run_rank": 0.7,
-                "held_out_split_rank_for_reliability": 0.8128}
+                "held_out_split_rank_for_reliability": 0.8128, "held_out_split_rounds_for_retest": 3.86}
     assert target_misses("m", retested)[1] == (
         "- m: rank correlation 0.68, 0.12 under the 0.8 bar (40% of strategy pairs lie further apart than their "
         "measured IQRs (the simulator orders 50.0% of those alike); two runs' measurements rank them 0.70 alike, so "
-        f"against an exact measurement the rank would be about 0.81; the machine's load reached 100.0 on {cores} cores)")
+        "against an exact measurement the rank would be about 0.81, and 3.9x the rounds would make them 0.9 alike; "
+        f"the machine's load reached 100.0 on {cores} cores)")
     good = {**v, "held_out_split_step_error_median": 0.05, "held_out_split_rank_correlation": 0.9,
             "held_out_split_comm_error_max": 0.001}
     assert target_misses("m b64", good) == []

@@ -50,7 +50,20 @@ def validation_errors(measured: pd.DataFrame) -> dict[str, dict]:
         out[name]["held_out_split_run_to_run_error_rank"] = repeat.get((model, batch))
         out[name]["held_out_split_rank_for_reliability"] = rank_for_reliability(
             out[name]["held_out_split_rank_correlation"], retest.get((model, batch)))
+        out[name]["held_out_split_rounds_for_retest"] = rounds_for_retest(retest.get((model, batch)))
     return out
+
+
+def rounds_for_retest(retest: float | None, target: float = 0.9) -> float | None:
+    """How many times the measurement's rounds two runs would need to rank the strategies ``target`` alike,
+    from how alike they rank them now (``retest``): the Spearman-Brown prophecy, k = target (1 - retest) /
+    (retest (1 - target)), for rounds that add independent noise; 1.0 where they already do. None without two
+    runs or where they disagree (retest <= 0)."""
+    if retest is None or retest <= 0:
+        return None
+    if retest >= target:
+        return 1.0
+    return round(target * (1 - retest) / (retest * (1 - target)), 2)
 
 
 def rank_for_reliability(rank: float | None, retest: float | None) -> float | None:
@@ -140,9 +153,12 @@ def target_misses(name: str, v: dict) -> list[str]:
                    "alike)")
     if v.get("held_out_split_run_to_run_rank") is not None:
         corrected = v.get("held_out_split_rank_for_reliability")
+        more = v.get("held_out_split_rounds_for_retest")
         why.append(f"two runs' measurements rank them {v['held_out_split_run_to_run_rank']:.2f} alike"
                    + (f", so against an exact measurement the rank would be about {corrected:.2f}"
-                      if corrected is not None else ""))
+                      if corrected is not None else "")
+                   + (f", and {more:.1f}x the rounds would make them 0.9 alike" if more is not None and more > 1
+                      else ""))
     if v.get("held_out_split_run_to_run_error_rank") is not None:
         why.append(f"the simulator's errors on them rank {v['held_out_split_run_to_run_error_rank']:.2f} alike in "
                    "two runs")
@@ -245,7 +261,9 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
                   "(resolved) and the share of those the simulator orders alike; run to run: the rank correlation "
                   "of two calibration runs' measurements of the same held-out split strategies (an exact simulator "
                   "can expect about its square root; `for reliability`: the held-out rank over that square root, "
-                  "what an exact measurement would give), and of the simulator's errors on them (near 1: the same "
+                  "what an exact measurement would give; `validation.csv`'s `held_out_split_rounds_for_retest`: how "
+                  "many times the rounds would make two runs rank them 0.9 alike, by the Spearman-Brown prophecy), "
+                  "and of the simulator's errors on them (near 1: the same "
                   "strategies missed the same way, a term the simulator lacks); load: the machine's highest 1-minute "
                   "load average during the measurements.", "",
                   "| model, batch | strategies | median error, all | held-out split | median error | p90 | "
