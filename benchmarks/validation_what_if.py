@@ -24,8 +24,7 @@ from tqdm import tqdm
 
 from trinity.cluster import Cluster, load_cluster
 from trinity.errors import TrinityError, run_main
-from trinity.runtime.calibrate import ANCHOR_PLACER
-from trinity.runtime.resimulate import parts, resimulate_part
+from trinity.runtime.resimulate import fit_set_rows, parts, resimulate_part
 from trinity.runtime.validate import error_summary
 
 #: (name, the change to a calibrated cluster): each one term away from the calibration's own
@@ -62,11 +61,9 @@ def changed(cluster: Cluster, change: dict) -> Cluster:
 
 
 def fit_set_error(table: pd.DataFrame) -> float:
-    """Mean |step error| of the calibration set's measured rows but the one-worker anchor (zero by construction)."""
-    rows = table["calibration_set"].astype(bool) & table["real_step_ms"].notna()
-    if "source" in table:
-        rows &= table["source"] != ANCHOR_PLACER
-    return float(table.loc[rows, "step_error"].abs().mean())
+    """Mean |step error| of the rows the calibration fits to (`fit_set_rows`: not the one-worker anchor, zero
+    by construction)."""
+    return float(table.loc[fit_set_rows(table), "step_error"].abs().mean())
 
 
 def what_if(folders, variants=VARIANTS) -> pd.DataFrame:

@@ -46,11 +46,12 @@ def validation_errors(measured: pd.DataFrame) -> dict[str, dict]:
         name = (model if batch == -1 else f"{model} b{int(batch)}") + (f" run{int(r)}" if runs[model] > 1 else "")
         out[name] = {k: (None if s[k] != s[k] else round(float(s[k]), 4)) if isinstance(s[k], float) else s[k]
                      for k in keys}
-        out[name]["held_out_split_run_to_run_rank"] = retest.get((model, batch))
+        alike = retest.get((model, batch))
+        out[name]["held_out_split_run_to_run_rank"] = alike
         out[name]["held_out_split_run_to_run_error_rank"] = repeat.get((model, batch))
         out[name]["held_out_split_rank_for_reliability"] = rank_for_reliability(
-            out[name]["held_out_split_rank_correlation"], retest.get((model, batch)))
-        out[name]["held_out_split_rounds_for_retest"] = rounds_for_retest(retest.get((model, batch)))
+            out[name]["held_out_split_rank_correlation"], alike)
+        out[name]["held_out_split_rounds_for_retest"] = rounds_for_retest(alike)
     return out
 
 

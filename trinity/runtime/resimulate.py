@@ -92,6 +92,13 @@ def _anchor_row(table: pd.DataFrame) -> pd.DataFrame:
     return table[(table["source"] == ANCHOR_PLACER) & table["real_step_ms"].notna()]
 
 
+def fit_set_rows(table: pd.DataFrame) -> pd.Series:
+    """The rows a calibration fits to: the calibration set's measured strategies but the rounds' anchor
+    (in the calibration set, fitted to nothing)."""
+    return (table["calibration_set"].astype(bool) & table["real_step_ms"].notna()
+            & ~table.index.isin(_anchor_row(table).index))
+
+
 def _anchored_to_part(part: Path, anchor: pd.DataFrame, graph, cluster: Cluster) -> tuple:
     """(``graph`` anchored to the part's rounds, the scale) as `validate` anchors it (`anchored_to_rounds`)."""
     single = _placement(part, anchor["strategy"].iloc[0], graph)
@@ -178,8 +185,7 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
     elif measured_from == "validation":  # its rows of the calibration set (a searched model's lack round-robin)
         table = pd.read_csv(top / "results.csv")
         anchor = _anchor_row(table)
-        # the rounds' anchor is in the calibration set, but nothing is fitted to it
-        fitted = table["calibration_set"].astype(bool) & table["real_step_ms"].notna() & ~table.index.isin(anchor.index)
+        fitted = fit_set_rows(table)
         if len(anchor):  # fitted on the op times its rows were simulated on: anchored to its rounds
             graph, _ = _anchored_to_part(top, anchor, graph, base)
         table = table[fitted]
