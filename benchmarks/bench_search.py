@@ -5,7 +5,8 @@ reference graph and any graph files given, each on 4 P100s:
 
 1. Trinity's time per iteration against Hierarchical's (batch 8), measured interleaved (A, B, A,
    B, ... rounds of iterations; medians), Trinity's seconds per 1,000 iterations, and its time per
-   iteration at its own batch from scratch (64);
+   iteration at its own batch from scratch (64), and that with float32 denormals computed as such (the
+   search flushes them to zero: `trinity.rl.search.FLUSH_DENORMALS`), interleaved with it;
 2. simulations per second inside a Trinity search (batch 8 and 64) against the simulator's own
    rate on the same placements (one thread, one call after another), and the share of the search's
    wall time spent simulating;
@@ -32,38 +33,45 @@ from trinity.graph import load_graph  # noqa: E402
 from trinity.graph.synthetic import training_graph  # noqa: E402
 from trinity.placers import place  # noqa: E402
 from trinity.placers.annealing import anneal, start_placement  # noqa: E402
+from trinity.rl import search as search_module  # noqa: E402
 from trinity.rl.defaults import TRINITY_SCRATCH_BATCH  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
 
 BAR_S_PER_1000 = 120.0  # Trinity at batch 8 on a 2-4k-op graph, 4 devices, these 2 cores
 
 
-def _search(graph, cluster, method: str, batch: int, tmp: str, **loop) -> Search:
+def _search(graph, cluster, method: str, batch: int, tmp: str, folder: str = "", **loop) -> Search:
     cfg = SearchConfig(method=method, iterations=10**6, batch=batch, checkpoint_every=10**9, **loop)
-    return Search(graph, cluster, cfg, Path(tmp) / f"{method}-{batch}", progress=False)
+    return Search(graph, cluster, cfg, Path(tmp) / (folder or f"{method}-{batch}"), progress=False)
 
 
-def _iterations(search: Search, n: int) -> float:
-    """Seconds per iteration over ``n`` iterations."""
-    t0 = time.perf_counter()
-    for _ in range(n):
-        search.step()
-        search.iteration += 1
-    return (time.perf_counter() - t0) / n
+def _iterations(search: Search, n: int, flush: bool = True) -> float:
+    """Seconds per iteration over ``n`` iterations (``flush``: denormals computed as zero, as searches do)."""
+    search_module.FLUSH_DENORMALS = flush
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            search.step()
+            search.iteration += 1
+        return (time.perf_counter() - t0) / n
+    finally:
+        search_module.FLUSH_DENORMALS = True
 
 
 def per_iteration(graph, cluster, rounds: int, per_round: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         runs = {m: _search(graph, cluster, m, 8, tmp) for m in ("trinity", "hierarchical")}
         runs["trinity-own"] = _search(graph, cluster, "trinity", TRINITY_SCRATCH_BATCH, tmp)
-        for s in runs.values():
-            _iterations(s, 2)  # compile, warm caches
+        runs["trinity-own-denormals"] = _search(graph, cluster, "trinity", TRINITY_SCRATCH_BATCH, tmp, "denormals")
+        for m, s in runs.items():
+            _iterations(s, 2, flush=m != "trinity-own-denormals")  # compile, warm caches
         times = {m: [] for m in runs}
-        for _ in range(rounds):  # interleaved: both see the same machine
+        for _ in range(rounds):  # interleaved: all see the same machine
             for m, s in runs.items():
-                times[m].append(_iterations(s, per_round))
+                times[m].append(_iterations(s, per_round, flush=m != "trinity-own-denormals"))
     med = {m: statistics.median(t) for m, t in times.items()}
     return {"trinity_s": med["trinity"], "hierarchical_s": med["hierarchical"], "trinity_own_s": med["trinity-own"],
+            "trinity_own_denormals_s": med["trinity-own-denormals"],
             "ratio": med["trinity"] / med["hierarchical"], "groups": runs["trinity"].num_groups,
             "h_groups": runs["hierarchical"].num_groups}
 
@@ -139,13 +147,15 @@ def main() -> None:
     print(f"\n1. time per iteration, batch 8, {cluster.name}, interleaved ({args.rounds} rounds of "
           f"{args.per_round} iterations, medians)")
     print(f"{'graph':<24}{'ops':>7}{'k (T/H)':>10}{'Trinity s/it':>14}{'Hier. s/it':>12}{'ratio':>8}"
-          f"{'Trinity s/1000 it':>19}{f'Trinity s/it, batch {TRINITY_SCRATCH_BATCH}':>24}")
+          f"{'Trinity s/1000 it':>19}{f'Trinity s/it, batch {TRINITY_SCRATCH_BATCH}':>24}{'denormals kept':>16}"
+          f"{'speed-up':>10}")
     for g in graphs:
         r = per_iteration(g, cluster, args.rounds, args.per_round)
         groups = f"{r['groups']}/{r['h_groups']}"
         print(f"{g.name[:23]:<24}{g.n_ops:>7}{groups:>10}{r['trinity_s']:>14.3f}"
               f"{r['hierarchical_s']:>12.3f}{r['ratio']:>7.2f}x{1000 * r['trinity_s']:>19.0f}"
-              f"{r['trinity_own_s']:>24.3f}")
+              f"{r['trinity_own_s']:>24.3f}{r['trinity_own_denormals_s']:>16.3f}"
+              f"{r['trinity_own_denormals_s'] / r['trinity_own_s']:>9.2f}x")
     print(f"bar: ratio <= 1.0x (goal 0.6x); Trinity <= {BAR_S_PER_1000:.0f} s per 1,000 iterations on the "
           f"2-4k-op graph")
 

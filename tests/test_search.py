@@ -635,3 +635,46 @@ def test_relabelled_batches_keep_the_sampling_log_probabilities(tmp_path):
     s.run()  # and a search with it runs end to end
     with pytest.raises(TrinityError, match="relabel: needs policy.decoder=parallel"):
         SearchConfig(agent={"relabel": True, "policy": {"decoder": "sequential"}})
+
+
+def test_denormals_are_flushed_inside_and_as_before_after():
+    import torch
+
+    from trinity.rl.search import denormals_are_flushed, denormals_flushed
+
+    tiny = torch.tensor([1e-20])
+    assert not denormals_are_flushed() and float(tiny * tiny) > 0  # 1e-40: a float32 denormal
+    with denormals_flushed():
+        assert denormals_are_flushed() and float(tiny * tiny) == 0.0
+    assert not denormals_are_flushed()
+    torch.set_flush_denormal(True)
+    try:
+        with denormals_flushed():
+            pass
+        assert denormals_are_flushed()  # a caller's own setting is left as it was
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def test_flushing_denormals_changes_no_search(tmp_path, monkeypatch):
+    """48 groups under the locality prior (-3 a part away): a unit's probabilities of the groups 29-34 parts off
+    are float32 denormals (exp(-87) to exp(-103)); computed as zero, the search finds the same strategies with
+    the same rewards."""
+    import torch
+
+    from trinity.graph.synthetic import layered_dag
+    from trinity.rl import search as search_module
+
+    policy = asdict(PolicyConfig(lstm_hidden=32, group_projection=16, type_embedding=8))
+    cfg = SearchConfig(method="trinity", iterations=6, batch=16, checkpoint_every=1000, seed=3,
+                       agent={"num_groups": 48, "embedding_dim": 4, "policy": policy})
+    runs = []
+    for flush in (False, True):
+        monkeypatch.setattr(search_module, "FLUSH_DENORMALS", flush)
+        s = Search(layered_dag(200, 300, seed=2), cluster(3), cfg, tmp_path / str(flush), progress=False)
+        best = s.run()
+        runs.append(([h["charts/reward_mean"] for h in s.history], best.placement.tolist(), best.reward))
+        assert not search_module.denormals_are_flushed()
+    probs = torch.softmax(s.agent.policy.partition_logits().detach(), dim=1)
+    assert ((probs > 0) & (probs < torch.finfo(torch.float32).tiny)).float().mean() > 0.05  # the case is real
+    assert runs[0] == runs[1]

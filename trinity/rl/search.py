@@ -41,6 +41,12 @@ from trinity.track import NullTracker
 
 #: the largest search budget (iterations) taken: more is a typo, not a run
 MAX_ITERATIONS = 1_000_000
+#: float32 results below 1.2e-38 are computed as zero while a policy samples and learns. Such denormal
+#: numbers are the softmax of logits far below the row's top, which a locality prior gives most (unit, group)
+#: pairs (exp(-90)); x86 multiplies them 50-150x slower than normal ones, so without this Trinity spent most
+#: of an iteration on them. Far below any probability a search can tell from zero: the same strategies, bit for
+#: bit (`make bench`, which turns it off to measure what it buys).
+FLUSH_DENORMALS = True
 #: seconds between writes of a new best strategy to best_strategy.json during the loop: a search improves
 #: its best up to once an iteration, and each write serialises the whole placement (thousands of ops, written
 #: every iteration early on); every checkpoint, the loop's end and an interrupt write the latest best whatever the time
@@ -198,12 +204,14 @@ class Search:
 
     def step(self) -> dict[str, float]:
         """One iteration: sample, simulate, reward, update."""
-        samples = self.agent.sample(self.cfg.batch, self.generator, self.iteration)
+        with denormals_flushed():
+            samples = self.agent.sample(self.cfg.batch, self.generator, self.iteration)
         self.last_placements = samples.placements  # for callers that want the samples (validation)
         results = self.simulate(samples.placements)
         rewards = torch.tensor([self.agent.reward(r) for r in results], dtype=torch.float32)
         self._track_best(results, rewards, samples.placements)
-        losses = self.agent.update(samples, rewards, self.iteration)
+        with denormals_flushed():
+            losses = self.agent.update(samples, rewards, self.iteration)
         fits = [r for r in results if r.fits]
         return {
             "charts/reward_mean": float(rewards.mean()), "charts/reward_max": float(rewards.max()),
@@ -261,9 +269,10 @@ class Search:
 
     def _warm_start(self) -> None:
         cfg = self.cfg
-        ws = warm_start(self.agent, self.graph, self.cluster, self.simulator, cfg.warm_start,
-                        steps=cfg.warm_start_steps, lr=cfg.warm_start_lr, grad_clip=cfg.warm_start_grad_clip,
-                        batch=cfg.batch, seed=cfg.seed, progress=self.progress)
+        with denormals_flushed():
+            ws = warm_start(self.agent, self.graph, self.cluster, self.simulator, cfg.warm_start,
+                            steps=cfg.warm_start_steps, lr=cfg.warm_start_lr, grad_clip=cfg.warm_start_grad_clip,
+                            batch=cfg.batch, seed=cfg.seed, progress=self.progress)
         self.warm_start_placer, self.warm_start_agreement = ws.placer, ws.agreement
         self.tracker.log_metrics({"warm_start/agreement": ws.agreement,
                                   "warm_start/agreement_same_labels": ws.agreement_same_labels}, step=0)
@@ -331,6 +340,28 @@ def _check_groups(graph: OpGraph, cluster: Cluster, k: int) -> None:
     if k < cluster.n_devices:
         raise TrinityError(f"{k} groups cannot use {cluster.n_devices} devices; use num_groups >= "
                            f"{cluster.n_devices}", field="agent.num_groups")
+
+
+def denormals_are_flushed() -> bool:
+    """Whether this thread computes float32 results below 1.2e-38 as zero (1e-20 squared is 1e-40)."""
+    tiny = torch.tensor([1e-20], dtype=torch.float32)
+    return float(tiny * tiny) == 0.0
+
+
+@contextmanager
+def denormals_flushed():
+    """This thread computes float32 denormals as zero inside (``FLUSH_DENORMALS``), as it did after.
+
+    The simulator's threads are not touched: the flag is a thread's (x86's MXCSR)."""
+    if not FLUSH_DENORMALS:
+        yield
+        return
+    before = denormals_are_flushed()
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(before)
 
 
 @contextmanager
