@@ -11,7 +11,10 @@ sets the loop under every variant (e.g. the budget an older table ran at). With 
 reproduces the committed runs to the last digit (a check that it runs what the pipeline runs). E.g.
 `make search-default-cases AGENT='{"num_groups": 64, ...}'`. With ``--variant LABEL=JSON`` (repeated) it
 runs several variants in turn, rows labelled (`make search-default-knobs`: one knob at a time, 5 seeds, to
-tell a setting's effect from the seeds').
+tell a setting's effect from the seeds'). ``--peer`` also runs the experiment's `annealing-scratch` on each case and
+seed right after the search, in the same process, and reads its best step time at the search's own wall time (the
+issue's goal: at or below annealing at the same wall time; the report reads the committed runs', timed in jobs of
+their own).
 """
 
 from __future__ import annotations
@@ -82,6 +85,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, help="seeds 0 to SEEDS - 1 (default: the experiment's); the committed "
                         "columns are empty for seeds the experiment did not run")
     parser.add_argument("--only", default="", help="run the cases whose name contains this, e.g. 'regime'")
+    parser.add_argument("--peer", action="store_true",
+                        help="annealing-scratch after each search, read at the search's wall time (same process)")
+    parser.add_argument("--peer-budget", type=int, metavar="CALLS",
+                        help="the peer's simulator calls (default: the experiment's annealing-scratch budget); "
+                             "give it more with a longer search, or it stops before the search's wall time")
     parser.add_argument("--csv", default="reports/search_default_cases.csv")
     args = parser.parse_args()
     params = yaml.safe_load(Path(args.params).read_text())
@@ -94,7 +102,7 @@ def main() -> None:
 
     chosen = [c for c in cases(params, args.seeds) if args.only in name(c[0], c[1], c[3])]
     jobs = [(v, c) for v in variants for c in chosen]
-    rows = []
+    rows, curves = [], {}
     for (label, options, loop), (model, cluster_name, seed, reward, results) in progress(jobs,
                                                                                             desc="default cases"):
         graph = load_graph(data / model / "profile" / "graph.json.gz")
@@ -111,13 +119,22 @@ def main() -> None:
             best = s.run()
             seconds = s.seconds
             s.close()
-        res = Simulator(graph, cluster).simulate(best.placement, check=False)
+        sim = Simulator(graph, cluster)
+        res = sim.simulate(best.placement, check=False)
+        if args.peer:  # one annealing run per case and seed, read at each variant's wall time
+            key = (model, cluster_name, seed, json.dumps(reward, sort_keys=True))
+            if key not in curves:
+                curves[key] = annealing_curve(params, graph, cluster, seed, reward, sim, args.peer_budget)
+            reached = [step for _, sec, step, _ in curves[key] if sec <= seconds]
+            peer = {"annealing_same_wall_ms": (min(reached) if reached else curves[key][0][2]) / 1e3}
+        else:
+            peer = {}
         committed_file = results / f"{cluster_name}-trinity-s{seed}.metrics.json"
         committed = json.loads(committed_file.read_text()) if committed_file.exists() else {}
         rows.append({**({"variant": label} if args.variant else {}), "case": name(model, cluster_name, reward),
                      "seed": seed, "step_time_ms": res.step_time_us / 1e3, "busiest_share": res.busiest_share,
                      "reward": best.reward, "peak_memory_GB": res.max_memory_bytes / 1e9,
-                     "search_seconds": seconds, "committed_step_time_ms": committed.get("step_time_ms"),
+                     "search_seconds": seconds, **peer, "committed_step_time_ms": committed.get("step_time_ms"),
                      "committed_busiest_share": committed.get("busiest_share"),
                      "committed_search_seconds": committed.get("search_seconds")})
         pd.DataFrame(rows).to_csv(args.csv, index=False)
@@ -126,10 +143,25 @@ def main() -> None:
     summary = table.groupby(keys, sort=False).agg(
         step_ms=("step_time_ms", "mean"), sd=("step_time_ms", "std"), busiest=("busiest_share", "mean"),
         reward=("reward", "mean"),
+        **({"annealing_same_wall_ms": ("annealing_same_wall_ms", "mean")} if args.peer else {}),
         seconds=("search_seconds", "mean"), committed_ms=("committed_step_time_ms", "mean"),
         committed_sd=("committed_step_time_ms", "std"), committed_busiest=("committed_busiest_share", "mean"),
         committed_seconds=("committed_search_seconds", "mean"))
     print(summary.to_string(float_format=lambda x: f"{x:.3f}"))
+
+
+def annealing_curve(params: dict, graph, cluster, seed: int, reward: dict, sim, budget: int | None = None) -> list:
+    """The experiment's annealing-scratch, seed ``seed`` (``budget`` calls, default its own): its (calls, seconds,
+    best step time us, best reward)."""
+    from trinity.placers.annealing import anneal, start_placement
+    from trinity.reward import mdpe_reward
+
+    options = dict(params["methods"]["annealing-scratch"]["options"])
+    options["budget"] = budget or options["budget"]
+    _, initial = start_placement(options.pop("start"), graph, cluster, seed=seed)
+    reward_cfg = MDPEConfig(**{**params["reward"], **reward})
+    return anneal(graph, cluster, initial, seed=seed, reward=lambda r: mdpe_reward(r, reward_cfg), simulator=sim,
+                  **options).curve
 
 
 if __name__ == "__main__":

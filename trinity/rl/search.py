@@ -42,9 +42,9 @@ from trinity.track import NullTracker
 #: the largest search budget (iterations) taken: more is a typo, not a run
 MAX_ITERATIONS = 1_000_000
 #: float32 results below 1.2e-38 are computed as zero while a policy samples and learns. Such denormal
-#: numbers are the softmax of logits far below the row's top, which a locality prior gives most (unit, group)
-#: pairs (exp(-90)); x86 multiplies them 50-150x slower than normal ones, so without this Trinity spent most
-#: of an iteration on them. Far below any probability a search can tell from zero: the same strategies, bit for
+#: numbers are the softmax of logits far below the row's top, as the locality prior gives a unit's groups 29-34
+#: parts from its own (exp(-90)); x86 multiplies them 50-150x slower than normal ones, so without this Trinity
+#: spent most of an iteration on them (this machine's CPU; others pay less). Far below any probability a search can tell from zero: the same strategies, bit for
 #: bit (`make bench`, which turns it off to measure what it buys).
 FLUSH_DENORMALS = True
 #: seconds between writes of a new best strategy to best_strategy.json during the loop: a search improves
@@ -350,7 +350,7 @@ def denormals_are_flushed() -> bool:
 
 @contextmanager
 def denormals_flushed():
-    """This thread computes float32 denormals as zero inside (``FLUSH_DENORMALS``), as it did after.
+    """This thread computes float32 denormals as zero inside (``FLUSH_DENORMALS``), and as before after it.
 
     The simulator's threads are not touched: the flag is a thread's (x86's MXCSR)."""
     if not FLUSH_DENORMALS:
