@@ -119,6 +119,8 @@ def _place(graph, cluster, method, job, out: Path) -> dict:
 
 
 def _search(cfg, graph, cluster, job, out: Path, tracker) -> dict:
+    import torch
+
     from trinity.plots import plot_search_curve
     from trinity.rl.search import Search
 
@@ -139,7 +141,9 @@ def _search(cfg, graph, cluster, job, out: Path, tracker) -> dict:
     metrics.update(iterations=search.iteration, best_iteration=best.iteration, reward=best.reward,
                    simulations=search.iteration * sc.batch, simulation_seconds=search.sim_seconds,
                    seconds_per_1000_iterations=1000 * search.seconds / max(search.iteration, 1),
-                   warm_start=search.warm_start_placer, warm_start_agreement=search.warm_start_agreement)
+                   warm_start=search.warm_start_placer, warm_start_agreement=search.warm_start_agreement,
+                   # the same seed rounds, and so ends, otherwise under other CPU kernels (README)
+                   float_kernels=torch.backends.cpu.get_cpu_capability())
     return metrics
 
 
