@@ -12,6 +12,11 @@ half-measurements). Each ``--warmups`` value is one setting, measured in turn: t
 
     make measurement-noise    # -> reports/measurement_noise.csv, measurement_noise_steps.csv (~10 min)
     python benchmarks/measurement_noise.py --from-steps reports/measurement_noise_steps.csv   # figures only
+
+``--rank-rounds K ...`` also asks whether more rounds would rank the strategies as the simulator does: the
+rank correlation between the validation's simulated step times (its results.csv) and the medians over each
+strategy's first K rounds, and between two disjoint sets of K rounds (the measurement's own retest at K
+rounds), into ``<csv>_rank.csv``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,26 @@ def noise_figures(steps_ms: np.ndarray) -> dict:
         "split_half_rank": float(pd.Series(np.median(rounds[:, ::2], axis=1)).rank()
                                  .corr(pd.Series(np.median(rounds[:, 1::2], axis=1)).rank())),
     }
+
+
+def _rank(a, b) -> float:
+    return float(pd.Series(np.asarray(a, float)).rank().corr(pd.Series(np.asarray(b, float)).rank()))
+
+
+def rank_by_rounds(steps_ms: np.ndarray, simulated: np.ndarray, ks: list[int]) -> pd.DataFrame:
+    """For each K in ``ks`` (at most the rounds): the rank correlation between ``simulated`` (one per
+    strategy) and the strategies' median steps over their first K rounds (``sim_rank``), and between their
+    medians over rounds 1..K and K+1..2K (``retest_rank``, NaN where 2K exceeds the rounds)."""
+    s = np.asarray(steps_ms, float)
+    rows = []
+    for k in ks:
+        if not 1 <= k <= s.shape[1]:
+            raise TrinityError(f"{k} rounds asked for, {s.shape[1]} measured", field="--rank-rounds")
+        first = np.median(s[:, :k].reshape(len(s), -1), axis=1)
+        second = np.median(s[:, k:2 * k].reshape(len(s), -1), axis=1) if 2 * k <= s.shape[1] else None
+        rows.append({"rounds": k, "strategies": len(s), "sim_rank": _rank(simulated, first),
+                     "retest_rank": _rank(first, second) if second is not None else float("nan")})
+    return pd.DataFrame(rows)
 
 
 def sample(results: pd.DataFrame, n: int) -> list[str]:
@@ -96,6 +121,8 @@ def main() -> None:
     p.add_argument("--csv", default="reports/measurement_noise.csv",
                    help="one row per setting (and beside it, *_steps.csv: every timed step)")
     p.add_argument("--from-steps", help="a *_steps.csv written before: its figures again, nothing measured")
+    p.add_argument("--rank-rounds", type=int, nargs="*", default=[],
+                   help="rounds K: rank against the validation's simulated step times over the first K rounds")
     args = p.parse_args()
     for name, low in (("strategies", 2), ("rounds", 2), ("steps", 3)):
         if getattr(args, name) < low:
@@ -114,6 +141,16 @@ def main() -> None:
     print(figures.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     figures.to_csv(out, index=False)
     print(f"-> {out}" + ("" if args.from_steps else f", {out.with_name(f'{out.stem}_steps.csv')}"))
+    if args.rank_rounds:
+        simulated = pd.read_csv(Path(args.validation) / "results.csv").set_index("strategy")["sim_step_ms"]
+        ranks = []
+        for warmup, g in every_step.groupby("warmup", sort=False):
+            names = g["strategy"].drop_duplicates()
+            ranks.append(rank_by_rounds(as_array(g), simulated.loc[names].to_numpy(), args.rank_rounds)
+                         .assign(warmup=warmup))
+        ranks = pd.concat(ranks, ignore_index=True)
+        print(ranks.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        ranks.to_csv(out.with_name(f"{out.stem}_rank.csv"), index=False)
 
 
 def measure_settings(validation: Path, graph: Path, args) -> pd.DataFrame:

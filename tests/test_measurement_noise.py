@@ -66,3 +66,19 @@ def test_steps_table_round_trips_to_the_array(tmp_path):
     rows.drop(columns="step_ms").to_csv(path, index=False)
     with pytest.raises(TrinityError, match=r"lacks column\(s\) \['step_ms'\]"):
         _script().steps_table(path)
+
+
+def test_rank_by_rounds_against_the_simulator_and_the_measurements_own_retest():
+    # 3 strategies x 4 rounds x 1 step; simulated 1 < 2 < 3
+    steps = np.array([[[10], [10], [10], [10]],
+                      [[30], [20], [20], [20]],   # round 1 slow: the first round puts it last
+                      [[20], [30], [30], [30]]], float)
+    r = _script().rank_by_rounds(steps, np.array([1.0, 2.0, 3.0]), [1, 2, 4]).set_index("rounds")
+    assert r.loc[1, "sim_rank"] == pytest.approx(0.5)  # first round: 10, 30, 20
+    assert r.loc[1, "retest_rank"] == pytest.approx(0.5)  # round 1 against round 2: (1, 3, 2) and (1, 2, 3)
+    tied = np.corrcoef([1, 2.5, 2.5], [1, 2, 3])[0, 1]  # 0.866
+    assert r.loc[2, "sim_rank"] == pytest.approx(tied)  # medians 10, 25, 25: the tie ranked 2.5 twice
+    assert r.loc[2, "retest_rank"] == pytest.approx(tied)  # rounds 3-4: 10, 20, 30
+    assert r.loc[4, "sim_rank"] == pytest.approx(1.0) and np.isnan(r.loc[4, "retest_rank"])
+    with pytest.raises(TrinityError, match="5 rounds asked for, 4 measured"):
+        _script().rank_by_rounds(steps, np.array([1.0, 2.0, 3.0]), [5])
