@@ -53,11 +53,15 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--csv", default="reports/kernel_reproducibility.csv")
     args = parser.parse_args()
+    for name in ("seeds", "iterations"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    machines = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
     rows = []
     for label, env in SETTINGS.items():
         for seed in range(args.seeds):
             out = subprocess.run([sys.executable, "-c", CHILD, str(seed), str(args.iterations)], check=True,
-                                 capture_output=True, text=True, env={**os.environ, **env}, timeout=1800)
+                                 capture_output=True, text=True, env={**machines, **env}, timeout=1800)
             rows.append({"setting": label, "env": " ".join(f"{k}={v}" for k, v in env.items()), "seed": seed,
                          **json.loads(out.stdout.strip().splitlines()[-1])})
             print(rows[-1], flush=True)

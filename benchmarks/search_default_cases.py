@@ -92,6 +92,8 @@ def main() -> None:
                              "give it more with a longer search, or it stops before the search's wall time")
     parser.add_argument("--csv", default="reports/search_default_cases.csv")
     args = parser.parse_args()
+    if args.peer_budget is not None and (args.peer_budget < 1 or not args.peer):
+        parser.error(f"--peer-budget needs --peer and at least 1 call, got {args.peer_budget}")
     params = yaml.safe_load(Path(args.params).read_text())
     search = params["methods"]["trinity"]["search"]
     data = Path(params["paths"]["data"])
