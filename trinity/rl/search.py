@@ -44,8 +44,9 @@ MAX_ITERATIONS = 1_000_000
 #: float32 results below 1.2e-38 are computed as zero while a policy samples and learns. Such denormal
 #: numbers are the softmax of logits far below the row's top, as the locality prior gives a unit's groups 29-34
 #: parts from its own (exp(-90)); x86 multiplies them 50-150x slower than normal ones, so without this Trinity
-#: spent most of an iteration on them (this machine's CPU; others pay less). Far below any probability a search can tell from zero: the same strategies, bit for
-#: bit (`make bench`, which turns it off to measure what it buys).
+#: spent most of an iteration on them (on the CPU measured; others pay less). They are far below any
+#: probability a search can tell from zero: the same strategies, bit for bit (`make bench`, which turns it off
+#: to measure what it buys).
 FLUSH_DENORMALS = True
 #: seconds between writes of a new best strategy to best_strategy.json during the loop: a search improves
 #: its best up to once an iteration, and each write serialises the whole placement (thousands of ops, written
