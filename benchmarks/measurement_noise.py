@@ -53,8 +53,7 @@ def noise_figures(steps_ms: np.ndarray) -> dict:
         "strategy_sd_ms": float(medians.std(ddof=1)),
         "first_round_excess_ms": float((np.median(s[:, 0], axis=1) - medians).mean()),
         "first_step_excess_ms": float((s[:, :, 0] - np.median(s[:, :, 1:], axis=2)).mean()),
-        "split_half_rank": float(pd.Series(np.median(rounds[:, ::2], axis=1)).rank()
-                                 .corr(pd.Series(np.median(rounds[:, 1::2], axis=1)).rank())),
+        "split_half_rank": _rank(np.median(rounds[:, ::2], axis=1), np.median(rounds[:, 1::2], axis=1)),
     }
 
 

@@ -36,6 +36,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from trinity.cluster import load_cluster  # noqa: E402
 from trinity.features import OpFeatures  # noqa: E402
 from trinity.graph import load_graph  # noqa: E402
+from trinity.placers.annealing import best_step_within  # noqa: E402
 from trinity.progress import progress  # noqa: E402
 from trinity.reward import MDPEConfig  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
@@ -127,8 +128,7 @@ def main() -> None:
             key = (model, cluster_name, seed, json.dumps(reward, sort_keys=True))
             if key not in curves:
                 curves[key] = annealing_curve(params, graph, cluster, seed, reward, sim, args.peer_budget)
-            reached = [step for _, sec, step, _ in curves[key] if sec <= seconds]
-            peer = {"annealing_same_wall_ms": (min(reached) if reached else curves[key][0][2]) / 1e3}
+            peer = {"annealing_same_wall_ms": best_step_within(curves[key], seconds) / 1e3}
         else:
             peer = {}
         committed_file = results / f"{cluster_name}-trinity-s{seed}.metrics.json"
@@ -155,15 +155,12 @@ def main() -> None:
 def annealing_curve(params: dict, graph, cluster, seed: int, reward: dict, sim, budget: int | None = None) -> list:
     """The experiment's annealing-scratch, seed ``seed`` (``budget`` calls, default its own): its (calls, seconds,
     best step time us, best reward)."""
-    from trinity.placers.annealing import anneal, start_placement
-    from trinity.reward import mdpe_reward
+    from trinity.stages.search import run_annealing
 
     options = dict(params["methods"]["annealing-scratch"]["options"])
     options["budget"] = budget or options["budget"]
-    _, initial = start_placement(options.pop("start"), graph, cluster, seed=seed)
     reward_cfg = MDPEConfig(**{**params["reward"], **reward})
-    return anneal(graph, cluster, initial, seed=seed, reward=lambda r: mdpe_reward(r, reward_cfg), simulator=sim,
-                  **options).curve
+    return run_annealing(options, graph, cluster, seed=seed, reward_cfg=reward_cfg, simulator=sim)[1].curve
 
 
 if __name__ == "__main__":

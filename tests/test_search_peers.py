@@ -100,6 +100,16 @@ def test_calibrated_temperatures_by_hand():
     assert calibrate(np.array([0.0, -1.0])) == (1e-6, 1e-9)  # nothing got worse: any small temperature
 
 
+def test_the_best_step_annealing_had_reached_by_a_wall_time():
+    from trinity.placers.annealing import best_step_within
+
+    curve = [(1, 0.01, 900.0, -9.0), (40, 0.5, 700.0, -7.0), (300, 2.0, 720.0, -6.5), (900, 6.0, 500.0, -5.0)]
+    assert best_step_within(curve, 0.001) == 900.0  # nothing yet: where it started
+    assert best_step_within(curve, 0.5) == 700.0
+    assert best_step_within(curve, 5.9) == 700.0  # a better reward at a longer step does not undo it
+    assert best_step_within(curve, 6.0) == 500.0
+
+
 def test_annealing_calibrates_and_refuses_bad_settings():
     g, c = two_chains(), make_cluster(2)
     start = place("single", g, c).placement

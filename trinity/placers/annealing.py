@@ -199,6 +199,13 @@ def anneal(graph: OpGraph, cluster: Cluster, start: np.ndarray, *, budget: int, 
     return best
 
 
+def best_step_within(curve: list[tuple[int, float, float, float]], seconds: float) -> float:
+    """The best step time (us) an annealing ``curve`` (`AnnealResult.curve`) had reached by ``seconds`` of wall
+    time: what annealing offers a search that ran that long (its start's where no point lies within)."""
+    within = [step for _, sec, step, _ in curve if sec <= seconds]
+    return min(within) if within else curve[0][2]
+
+
 def start_placement(name: str, graph: OpGraph, cluster: Cluster, *, seed: int | None = None
                     ) -> tuple[str, np.ndarray]:
     """(placer used, placement) annealing starts from: placer ``name``'s, or round-robin's where ``name``

@@ -147,23 +147,29 @@ def _search(cfg, graph, cluster, job, out: Path, tracker) -> dict:
     return metrics
 
 
-def _anneal(cfg, graph, cluster, method, job, out: Path) -> dict:
-    """Simulated annealing from a placer's placement (`best`: the best by reward), same reward as Trinity."""
+def run_annealing(options: dict, graph, cluster, *, seed: int, reward_cfg, simulator: Simulator):
+    """(start used, `AnnealResult`) of an annealing method with ``options``: from placer ``start``'s placement
+    (default "best": the best warm-start placer by the reward, where the warm-started searches start)."""
     from trinity.placers import best_by_reward
     from trinity.placers.annealing import anneal, start_placement
     from trinity.reward import mdpe_reward
     from trinity.rl.warm_start import WARM_START_PLACERS
 
-    opts = dict(OmegaConf.to_container(method.options))
+    opts = dict(options)
     start = opts.pop("start", "best")
-    reward_cfg = config.reward(cfg)
-    sim = Simulator(graph, cluster)
     reward = lambda r: mdpe_reward(r, reward_cfg)  # noqa: E731
-    if start == "best":  # where the warm-started searches start
-        start, initial = best_by_reward(WARM_START_PLACERS, graph, cluster, reward, seed=job.seed, simulator=sim)
+    if start == "best":
+        start, initial = best_by_reward(WARM_START_PLACERS, graph, cluster, reward, seed=seed, simulator=simulator)
     else:
-        start, initial = start_placement(start, graph, cluster, seed=job.seed)
-    result = anneal(graph, cluster, initial, seed=job.seed, reward=reward, simulator=sim, **opts)
+        start, initial = start_placement(start, graph, cluster, seed=seed)
+    return start, anneal(graph, cluster, initial, seed=seed, reward=reward, simulator=simulator, **opts)
+
+
+def _anneal(cfg, graph, cluster, method, job, out: Path) -> dict:
+    """Simulated annealing from a placer's placement (`best`: the best by reward), same reward as Trinity."""
+    sim = Simulator(graph, cluster)
+    start, result = run_annealing(OmegaConf.to_container(method.options), graph, cluster, seed=job.seed,
+                                  reward_cfg=config.reward(cfg), simulator=sim)
     res = sim.simulate(result.placement)
     Strategy.from_array(graph, cluster, result.placement, placer=f"annealing from {start}",
                         simulated_step_time_us=res.step_time_us).save(out / "strategy.json")
