@@ -12,7 +12,9 @@ reference graph and any graph files given, each on 4 P100s:
    wall time spent simulating;
 3. time to quality: each method's wall time to reach m-ETF's step time within a wall budget (or
    its best after the budget, said so): Trinity (batch 64) and Hierarchical (batch 8) from scratch,
-   calibrated annealing from one device and from m-ETF.
+   calibrated annealing from one device and from m-ETF;
+4. the learned list scheduler's decode: one sampled episode (every op placed by its two policies, each
+   decision's features recorded) against m-ETF's own list schedule of the same graph, interleaved.
 """
 
 from __future__ import annotations
@@ -132,6 +134,27 @@ def _sim_seconds(sim, graph, cluster) -> float:
     return (time.perf_counter() - t0) / 20
 
 
+def decode_against_m_etf(graph, cluster, rounds: int) -> dict:
+    """Median seconds of one sampled learned-list episode and of one m-ETF placement, interleaved."""
+    import numpy as np
+
+    from trinity.rl import list_decoder as dec
+    from trinity.rl.learned_list import ListGraph, run_episodes
+
+    lg = ListGraph(graph, cluster)
+    rng = np.random.default_rng(0)
+    cs, cp = rng.normal(size=(graph.n_ops, dec.KS)), rng.normal(size=(graph.n_ops, dec.KP))
+    episode = lambda seed: run_episodes(lg, cs, cp, dec.SAMPLE, [seed], learn_select=True)  # noqa: E731
+    episode(0), place("m-etf", graph, cluster)  # compiled and cached before timing
+    times: dict[str, list[float]] = {"episode": [], "m_etf": []}
+    for r in range(rounds):
+        for name, run in (("episode", lambda: episode(r)), ("m_etf", lambda: place("m-etf", graph, cluster))):
+            t0 = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("graphs", nargs="*", help="more graph files")
@@ -173,6 +196,14 @@ def main() -> None:
         for r in time_to_quality(g, cluster, args.quality_seconds):
             reached = f"{r['reached_s']:.1f} s" if r["reached_s"] is not None else "not in budget"
             print(f"{g.name[:23]:<24}{r['method']:<28}{reached:>15}{r['best_ratio']:>14.3f}{r['iterations']:>21}")
+
+    print(f"\n4. learned list: one sampled episode against m-ETF's list schedule ({cluster.name}, medians of "
+          f"{2 * args.rounds + 1} interleaved)")
+    print(f"{'graph':<24}{'ops':>7}{'episode s':>11}{'m-ETF s':>10}{'ratio':>8}")
+    for g in graphs:
+        r = decode_against_m_etf(g, cluster, 2 * args.rounds + 1)
+        ratio = r["episode"] / r["m_etf"]
+        print(f"{g.name[:23]:<24}{g.n_ops:>7}{r['episode']:>11.3f}{r['m_etf']:>10.3f}{ratio:>7.2f}x")
 
 
 if __name__ == "__main__":

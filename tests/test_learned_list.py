@@ -13,7 +13,7 @@ from trinity.cli import main
 from trinity.cluster import load_cluster
 from trinity.errors import TrinityError
 from trinity.graph import save_graph
-from trinity.graph.synthetic import layered_dag
+from trinity.graph.synthetic import layered_dag, training_graph
 from trinity.placers import place
 from trinity.reward import MDPEConfig
 from trinity.rl import list_decoder as dec
@@ -67,6 +67,14 @@ def test_the_teacher_is_m_etf_and_imitation_makes_the_greedy_decode_m_etf(cluste
     warm_start(a, g, c, Simulator(g, c), "m-etf", steps=60, lr=0.05, grad_clip=1.0, batch=2, seed=0,
                progress=False)
     assert np.array_equal(a.greedy(), etf)
+
+
+@pytest.mark.parametrize("cluster", ["p100x2", "p100x4"])
+def test_the_teachers_decode_is_m_etfs_placement_on_a_training_graph(cluster):
+    # tensors read on several devices, colocation groups, memory: the decode keeps a waiting op's input arrivals
+    # between steps, recomputed when a sender queues a transfer; a stale one would part from m-ETF's schedule
+    g, c = training_graph(800, seed=2), load_cluster(cluster)
+    assert np.array_equal(agent(g, c).teacher(None).placement, place("m-etf", g, c).placement)
 
 
 def test_decision_log_probs_by_hand():

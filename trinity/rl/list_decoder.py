@@ -46,24 +46,21 @@ SAMPLE, GREEDY, TEACHER = 0, 1, 2
 
 
 @numba.njit(cache=True)
-def _starts(j, in_ptr, in_src, in_tensor, in_bytes, placement, finish, sender_free, device_free,
-            copy_head, copy_dev, copy_time, copy_next, group, group_bytes, free, group_device, latency,
-            bandwidth, est, local):
-    """Earliest start of ready op ``j`` on every device (inf where its group has no room or is
-    pinned elsewhere) into ``est``; the bytes of its inputs already on each device into ``local``."""
-    n_dev = device_free.shape[0]
-    g = group[j]
-    pinned = group_device[g]
+def _inputs(j, in_ptr, in_src, in_tensor, in_bytes, placement, finish, sender_free, copy_head, copy_dev, copy_time,
+            copy_next, latency, bandwidth, arrival, inp, local):
+    """When every input of ready op ``j`` can be on each device (its inputs' earliest arrivals) into ``inp``;
+    the bytes of its inputs already on each device into ``local``. Its earliest start on a device is this or the
+    device's free time, whichever is later."""
+    n_dev = inp.shape[0]
     for dd in range(n_dev):
-        est[dd] = device_free[dd]
+        inp[dd] = 0.0
         local[dd] = 0.0
-    arrival = np.empty(n_dev)
     for k in range(in_ptr[j], in_ptr[j + 1]):
         u = in_src[k]
         tk = in_tensor[k]
         if tk < 0:
             for dd in range(n_dev):
-                est[dd] = max(est[dd], finish[u])
+                inp[dd] = max(inp[dd], finish[u])
             continue
         s = placement[u]
         leave = max(finish[u], sender_free[s])
@@ -80,10 +77,7 @@ def _starts(j, in_ptr, in_src, in_tensor, in_bytes, placement, finish, sender_fr
             c = copy_next[c]
         local[s] += in_bytes[k]
         for dd in range(n_dev):
-            est[dd] = max(est[dd], arrival[dd])
-    for dd in range(n_dev):
-        if (pinned >= 0 and dd != pinned) or (pinned < 0 and group_bytes[g] > free[dd]):
-            est[dd] = np.inf
+            inp[dd] = max(inp[dd], arrival[dd])
 
 
 @numba.njit(cache=True)
@@ -134,7 +128,14 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
             ready[n_ready] = v
             n_ready += 1
     est = np.empty((n, n_dev))  # per ready op (indexed by its slot in `ready`)
-    local = np.empty((n, n_dev))
+    # per op, kept while it waits: its inputs' arrivals and local bytes change only when the device holding one
+    # of them queues a transfer (which is also when one of them gets a copy), so only then are they recomputed
+    inp = np.zeros((n, n_dev))
+    local = np.zeros((n, n_dev))
+    stale = np.ones(n, np.bool_)
+    queued = np.zeros(n_dev, np.bool_)  # senders that got a transfer queued at the last commit
+    any_queued = False
+    arrival = np.empty(n_dev)
     est_min = np.empty(n)
     eft_min = np.empty(n)
     # records
@@ -163,9 +164,22 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
         etf = -1
         for i in range(n_ready):
             j = ready[i]
-            _starts(j, in_ptr, in_src, in_tensor, in_bytes, placement, finish, sender_free, device_free,
-                    copy_head, copy_dev, copy_time, copy_next, group, group_bytes, free, group_device, latency,
-                    bandwidth, est[i], local[i])
+            if any_queued and not stale[j]:
+                for k in range(in_ptr[j], in_ptr[j + 1]):
+                    if in_tensor[k] >= 0 and queued[placement[in_src[k]]]:
+                        stale[j] = True
+                        break
+            if stale[j]:
+                _inputs(j, in_ptr, in_src, in_tensor, in_bytes, placement, finish, sender_free, copy_head,
+                        copy_dev, copy_time, copy_next, latency, bandwidth, arrival, inp[j], local[j])
+                stale[j] = False
+            g = group[j]
+            pinned = group_device[g]
+            for dd in range(n_dev):  # no room for its group, or its group is pinned elsewhere: no start there
+                if (pinned >= 0 and dd != pinned) or (pinned < 0 and group_bytes[g] > free[dd]):
+                    est[i, dd] = np.inf
+                else:
+                    est[i, dd] = max(device_free[dd], inp[j, dd])
             m = np.inf
             mf = np.inf
             for dd in range(n_dev):
@@ -265,7 +279,7 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
                 p_feat[r, 0] = 1.0 if dd == d_etf else 0.0
                 p_feat[r, 1] = -np.log1p((e[dd] - est_min[pick]) / scale)
                 p_feat[r, 2] = -np.log1p(max(e[dd] + times[j, dd] - eft_min[pick], 0.0) / scale)
-                p_feat[r, 3] = local[pick, dd] / in_total[j] if in_total[j] > 0 else 0.0
+                p_feat[r, 3] = local[j, dd] / in_total[j] if in_total[j] > 0 else 0.0
                 p_feat[r, 4] = -np.log((busy[dd] + scale) / (mean_busy + scale))
                 p_feat[r, 5] = free[dd] / memory[dd] if memory[dd] > 0 else 0.0
                 x = 0.0
@@ -285,6 +299,8 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
         elif group_device[g] >= 0:
             d = group_device[g]
         # commit: input transfers on the senders' queues, then the op on d
+        queued[:] = False
+        any_queued = False
         begin = device_free[d]
         for k in range(in_ptr[j], in_ptr[j + 1]):
             u = in_src[k]
@@ -303,6 +319,8 @@ def decode(times, pos, in_ptr, in_src, in_tensor, in_bytes, out_ptr, out_dst, te
                 copy_head[tk] = n_copies
                 c = n_copies
                 n_copies += 1
+                queued[s] = True
+                any_queued = True
             begin = max(begin, copy_time[c])
         finish[j] = device_free[d] = begin + times[j, d]
         busy[d] += times[j, d]
