@@ -243,12 +243,12 @@ search-variety-explore: variety-graphs  ## the same with TABLE_LR and EXPLORE (b
 learned-list-policy: $(STAMP)  ## pre-train learned-list's committed zero-shot policy on the project's synthetic graphs (~10 min)
 	$(PY) benchmarks/learned_list_train.py --out trinity/rl/pretrained/learned-list.pt
 
-# learned-list-table (what the README's tables are; ~1 h on 2 shared cores): zero-shot and a 10-iteration
-# fine-tune (beside annealing at its wall time) on every held-out graph, 2 and 4 devices (~25 min); the
-# search at 50 iterations and its ablation on three graphs, p100x4 (~30 min). LEARNED_LIST_LONG=1 (~3 h):
+# learned-list-table (what the README's tables are; ~10 min on 2 cores): zero-shot and a 10-iteration
+# fine-tune (beside annealing at its wall time) on every held-out graph, 2 and 4 devices; the
+# search at 50 iterations and its ablation on three graphs, p100x4. LEARNED_LIST_LONG=1 (~3 h before the decode sped up):
 # the search at the default budget (100 iterations) on every held-out graph as well, and the ablation at 100.
 LEARNED_LIST_LONG ?=
-learned-list-table: $(STAMP)  ## learned-list on held-out graphs: zero-shot and fine-tuned vs m-ETF and annealing; search and ablation on 3 graphs (~1 h)
+learned-list-table: $(STAMP)  ## learned-list on held-out graphs: zero-shot and fine-tuned vs m-ETF and annealing; search and ablation on 3 graphs (~10 min)
 	$(PY) benchmarks/learned_list_generalise.py $(wildcard data/inception_v3/profile/graph.json.gz) $(REFERENCE_GNMT) \
 		$(if $(LEARNED_LIST_LONG),--full) --csv reports/learned_list_generalisation.csv
 	$(PY) benchmarks/learned_list_generalise.py --only 0,3 $(REFERENCE_GNMT) --clusters p100x4 --full --ablation \
