@@ -13,7 +13,7 @@ from trinity.graph import Edge, Op, OpGraph
 from trinity.reward import MDPEConfig
 from trinity.rl.agent import AgentContext
 from trinity.rl.ppo import TrinityAgent, TrinityOptions
-from trinity.rl.policy import PlacementPolicy, PolicyConfig, Strategy, UnitGraph
+from trinity.rl.policy import PlacementPolicy, PolicyConfig, SampledStrategies, UnitGraph
 
 
 def small_graph():
@@ -69,7 +69,7 @@ def test_placements_keep_groups_together_and_are_reproducible(decoder):
 
 
 def test_strategy_maps_units_through_groups():
-    s = Strategy(groups=torch.tensor([[1, 0, 1]]), devices=torch.tensor([[2, 5]]))
+    s = SampledStrategies(groups=torch.tensor([[1, 0, 1]]), devices=torch.tensor([[2, 5]]))
     assert s.placements(np.array([0, 1, 2, 2, 1])).tolist() == [[5, 2, 5, 5, 2]]
 
 

@@ -523,15 +523,15 @@ def test_agreement_with_the_elite_by_hand(tmp_path):
     p 0.8; unit 1 is in groups 0 and 1 half and half, whose device 1 has p 0.2 and 0.6: (0.8 + 0.4) / 2."""
     import torch
 
-    from trinity.rl.policy import Strategy
+    from trinity.rl.policy import SampledStrategies
 
     s = Search(two_chains(), cluster(), config("trinity", 1, agent={"self_imitation": 1.0, "self_imitation_gate": "elite"}),
                tmp_path, progress=False)
     log_part = torch.tensor([[1.0, 0.0], [0.5, 0.5]]).log()
     log_sched = torch.tensor([[0.8, 0.2], [0.4, 0.6]]).log()
     s.agent.elite = (torch.tensor([0, 1]), torch.tensor([0, 1]), 0.0)
-    strategy = Strategy(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long),
-                        distributions=(log_part, log_sched))
+    strategy = SampledStrategies(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long),
+                                 distributions=(log_part, log_sched))
     assert s.agent._agreement(strategy) == pytest.approx(0.6)
 
 
@@ -540,15 +540,15 @@ def test_agreement_with_the_policys_own_likeliest_devices_by_hand(tmp_path):
     on device 0): each unit's likeliest device, averaged, (0.8 + 0.6) / 2, wherever the elite lies."""
     import torch
 
-    from trinity.rl.policy import Strategy
+    from trinity.rl.policy import SampledStrategies
 
     s = Search(two_chains(), cluster(), config("trinity", 1, agent={"self_imitation": 1.0, "self_imitation_gate": "mode"}),
                tmp_path, progress=False)
     log_part = torch.tensor([[1.0, 0.0], [0.5, 0.5]]).log()
     log_sched = torch.tensor([[0.8, 0.2], [0.4, 0.6]]).log()
     s.agent.elite = (torch.tensor([0, 1]), torch.tensor([1, 1]), 0.0)  # ignored by this gate
-    strategy = Strategy(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long),
-                        distributions=(log_part, log_sched))
+    strategy = SampledStrategies(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long),
+                                 distributions=(log_part, log_sched))
     assert s.agent._agreement(strategy) == pytest.approx(0.7)
 
 

@@ -35,7 +35,7 @@ class Samples:
     """One iteration's sampled strategies: where each puts every op, and what the update needs."""
 
     placements: np.ndarray  # int64[B, N]
-    data: Any = None  # the agent's own record of the draw (e.g. a two-level Strategy with its log-probabilities)
+    data: Any = None  # the agent's own record of the draw (e.g. two-level SampledStrategies with its log-probabilities)
 
 
 @dataclass

@@ -49,7 +49,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from trinity.graph.ir import OpGraph
-from trinity.rl.policy import Strategy, _gumbel, _sample_categorical
+from trinity.rl.policy import SampledStrategies, _gumbel, _sample_categorical
 
 
 @dataclass
@@ -198,7 +198,7 @@ class HierarchicalPolicy(nn.Module):
         return self._logits(dec, memory)
 
     # ------------------------------------------------------------- sampling and scoring
-    def _noise(self, strategy: Strategy) -> tuple[torch.Tensor, torch.Tensor]:
+    def _noise(self, strategy: SampledStrategies) -> tuple[torch.Tensor, torch.Tensor]:
         """Standard normal draws for the grouper's [B, U, k] and the placer's [B, k, D] logits."""
         b, u = strategy.groups.shape
         gen = torch.Generator().manual_seed(strategy.noise_seed)
@@ -214,11 +214,11 @@ class HierarchicalPolicy(nn.Module):
         return logits + noise * rms * draws
 
     @torch.no_grad()
-    def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0) -> Strategy:
+    def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0) -> SampledStrategies:
         k, d = self.cfg.num_groups, self.n_devices
         noise_seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
-        strategy = Strategy(torch.zeros(batch, self.ug.n_units, dtype=torch.long), torch.zeros(batch, k, dtype=torch.long),
-                            noise_seed=noise_seed, noise=noise)
+        strategy = SampledStrategies(torch.zeros(batch, self.ug.n_units, dtype=torch.long),
+                                     torch.zeros(batch, k, dtype=torch.long), noise_seed=noise_seed, noise=noise)
         on_groups, on_devices = self._noise(strategy)
         part = self._noisy(self.partition_logits()[None], on_groups, noise, (1, 2)).expand(batch, -1, -1)
         groups = _sample_categorical(part, generator)
@@ -237,7 +237,7 @@ class HierarchicalPolicy(nn.Module):
         strategy.logp = torch.cat([logp_groups, torch.stack(logp_devices, 1)], dim=1)
         return strategy
 
-    def log_prob(self, strategy: Strategy) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob(self, strategy: SampledStrategies) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of every decision, [B, U + k], under the (noisy) distribution that sampled it,
         and the mean per-decision entropy."""
         on_groups, on_devices = self._noise(strategy)

@@ -122,7 +122,7 @@ class PolicyConfig:
 
 
 @dataclass
-class Strategy:
+class SampledStrategies:
     """A batch of sampled strategies: unit -> group and group -> device.
 
     The distribution a batch was drawn from is the policy with one dropout mask (from
@@ -305,7 +305,7 @@ class PlacementPolicy(nn.Module):
         links = torch.log1p(links * (1 - torch.eye(self.cfg.num_groups)))
         return torch.cat([means, share[:, None], links], dim=1)[None]
 
-    def one_pass(self, strategy: Strategy, explore: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    def one_pass(self, strategy: SampledStrategies, explore: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
         """The parallel decoder's distributions for a whole batch: log-probabilities of each unit's group
         [U, k] and of each group's device [k, D], under the batch's dropout mask, shared noise and temperature;
         ``explore`` > 0 (the sampling pass) first sets that temperature (`exploring_temperature`)."""
@@ -345,7 +345,7 @@ class PlacementPolicy(nn.Module):
     # ------------------------------------------------------------- sampling
     @torch.no_grad()
     def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0, keep_graph: bool = False,
-               explore: float = 0.0) -> Strategy:
+               explore: float = 0.0) -> SampledStrategies:
         """Sample ``batch`` strategies; ``noise`` adds U(-noise, noise) to every logit (exploration);
         ``explore`` (parallel decoder) raises the temperature until a sample is expected to put that many
         units off their likeliest device.
@@ -357,8 +357,10 @@ class PlacementPolicy(nn.Module):
         """
         k, d = self.cfg.num_groups, self.n_devices
         dropout_seed, noise_seed = (int(x) for x in torch.randint(0, 2 ** 62, (2,), generator=generator))
-        strategy = Strategy(torch.zeros(batch, self.ug.n_units, dtype=torch.long), torch.zeros(batch, k, dtype=torch.long),
-                            dropout_seed=dropout_seed if self.training else None, noise_seed=noise_seed, noise=noise)
+        strategy = SampledStrategies(torch.zeros(batch, self.ug.n_units, dtype=torch.long),
+                                     torch.zeros(batch, k, dtype=torch.long),
+                                     dropout_seed=dropout_seed if self.training else None, noise_seed=noise_seed,
+                                     noise=noise)
         if self.cfg.decoder == "parallel":
             with torch.set_grad_enabled(keep_graph):
                 log_part, log_sched = self.one_pass(strategy, explore)
@@ -385,7 +387,7 @@ class PlacementPolicy(nn.Module):
         strategy.logp = torch.cat([logp_groups, logp_devices], dim=1)
         return strategy
 
-    def log_prob(self, strategy: Strategy) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob(self, strategy: SampledStrategies) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of every decision, [B, U + k] (units' groups, then groups' devices), under
         the distribution that sampled it (its dropout mask and noise), and the mean per-decision entropy."""
         if self.cfg.decoder == "parallel":
@@ -404,7 +406,7 @@ class PlacementPolicy(nn.Module):
         return torch.cat([logp_part[:, :, 0], logp_sched[:, :, 0]], dim=1), entropy
 
     @staticmethod
-    def _gather(log_part: torch.Tensor, log_sched: torch.Tensor, strategy: Strategy) -> torch.Tensor:
+    def _gather(log_part: torch.Tensor, log_sched: torch.Tensor, strategy: SampledStrategies) -> torch.Tensor:
         """[B, U + k] log-probabilities of a batch's decisions under one pass's distributions."""
         u, k = log_part.shape[0], log_sched.shape[0]
         return torch.cat([log_part[torch.arange(u), strategy.groups], log_sched[torch.arange(k), strategy.devices]], 1)

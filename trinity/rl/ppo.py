@@ -234,7 +234,7 @@ class TrinityAgent(TwoLevelAgent):
             advantages = normalised_advantages(rewards)
         if self.classes is not None:
             strategy = self._relabelled(strategy)
-        logp_old = strategy.logp  # of the distribution sampled: its dropout mask and noise (see Strategy)
+        logp_old = strategy.logp  # of the distribution sampled: its dropout mask and noise (see SampledStrategies)
         b = len(rewards)
         if o.self_imitation:
             self._keep_elite(strategy, rewards)

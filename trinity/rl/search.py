@@ -28,7 +28,7 @@ import torch
 from trinity.cluster import Cluster
 from trinity.errors import TrinityError
 from trinity.graph.ir import OpGraph
-from trinity.placement import Strategy as StrategyFile
+from trinity.placement import Strategy
 from trinity.progress import progress as progress_bar
 from trinity.reward import MDPEConfig
 from trinity.rl import checkpoint, defaults
@@ -263,7 +263,7 @@ class Search:
     def _save_best(self) -> None:
         """Write the best strategy found so far to best_strategy.json, if it is not written yet."""
         if self._unsaved_best is not None:
-            StrategyFile.from_array(self.graph, self.cluster, self.best.placement, **self._unsaved_best).save(
+            Strategy.from_array(self.graph, self.cluster, self.best.placement, **self._unsaved_best).save(
                 self.out_dir / "best_strategy.json")
             self._unsaved_best = None
             self._best_saved_at = time.perf_counter()

@@ -86,9 +86,9 @@ def two_level_imitation_loss(policy, unit_device: np.ndarray, dropout_seed: int 
     groups_t, devices_t = torch.from_numpy(groups)[None], torch.from_numpy(group_device)[None]
     outside_class = torch.from_numpy(group_device[None, :] != unit_device[:, None])  # [U, k]
     if one_pass:
-        from trinity.rl.policy import Strategy
+        from trinity.rl.policy import SampledStrategies
 
-        logp_groups, log_sched = policy.one_pass(Strategy(groups_t, devices_t, dropout_seed=dropout_seed))
+        logp_groups, log_sched = policy.one_pass(SampledStrategies(groups_t, devices_t, dropout_seed=dropout_seed))
         logp_schedule = log_sched[torch.arange(k), devices_t[0]]
     else:
         logp_groups = torch.log_softmax(policy.partition_logits(dropout_seed), dim=1)
