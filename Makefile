@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-corun families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -294,6 +294,25 @@ validation-round-anchor: $(STAMP)  ## the committed validation with and without 
 
 validation-what-if: $(STAMP)  ## the committed validation with each simulator term of the calibrated cluster set otherwise
 	$(PY) benchmarks/validation_what_if.py
+
+# the co-running slowdown fitted with the transfer model or as measured (calibrate.FITTED_CORUN_SLOWDOWNS), on fresh
+# validations outside DVC (under out/): InceptionV3 at batch 64 on validation-rounds' 14 held-out splits (one run,
+# ~15 min), InceptionV3 through the validate stage with strategies of its own, batches 64 and 8 (one run, ~40 min),
+# and NMT through the validate stage (2 runs, batches 16 and 8, ~45 min); each run refitted to its own calibration
+CORUN_OUT := out/validate_corun
+CORUN_HYDRA := -cd . -cn params hydra.run.dir=. hydra.output_subdir=null hydra/job_logging=stdout \
+	mlflow.uri=sqlite:///$(CORUN_OUT)/mlflow.db
+validation-corun: params  ## the co-running slowdown fitted or measured, on fresh validations (~100 min, quiet machine)
+	mkdir -p $(CORUN_OUT)
+	for m in inception_v3 nmt_2layer_s12; do test -d data/$$m/profile || { $(PY) pipeline/export.py $(CORUN_HYDRA) \
+		job.model=$$m && $(PY) pipeline/profile.py $(CORUN_HYDRA) job.model=$$m; } || exit 1; done
+	$(VENV)/bin/trinity validate data/inception_v3/export/graph.json.gz reports/validation_rounds_strategies/*.json.gz \
+		--placers single --rounds 5 --steps 2 --warmup 2 --out $(CORUN_OUT)/inception_v3_rounds --no-mlflow
+	$(PY) pipeline/validate.py $(CORUN_HYDRA) job.model=inception_v3 'run.models=[layered12]' validation.runs=1 \
+		paths.results=$(CORUN_OUT)/own
+	$(PY) pipeline/validate.py $(CORUN_HYDRA) job.model=nmt_2layer_s12 paths.results=$(CORUN_OUT)/own
+	$(PY) -m trinity.runtime.resimulate $(CORUN_OUT)/inception_v3_rounds $(CORUN_OUT)/own/validate/inception_v3 \
+		$(CORUN_OUT)/own/validate/nmt_2layer_s12 --refit calibration --csv reports/validation_corun.csv
 
 VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin
 

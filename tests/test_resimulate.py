@@ -133,11 +133,12 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     held_out = {f"random{s}": place("random", g, base, seed=s).placement for s in range(4)}
     calibration = tmp_path / "calibration"
     calibration.mkdir()
-    # the committed cluster file: a stale fit (all the CPU share, one stream) the refit must not read
-    write_yaml(calibration / "cluster.yaml", {**base.to_dict(), "send_cpu_share": 0.9})
+    # the committed cluster file: a stale fit (all the CPU share, one stream, a fitted co-running slowdown) the
+    # refit must not read: it starts from the co-running slowdown as measured
+    write_yaml(calibration / "cluster.yaml", {**base.to_dict(), "send_cpu_share": 0.9, "corun_slowdown": 0.3})
     save_graph(g, calibration / "graph.json.gz")
     write_json(calibration / "calibration.json", {
-        "link": {"latency_us": 200.0},
+        "link": {"latency_us": 200.0}, "shared_machine": {"corun_slowdown": 0.0},
         "transfer_fit": {"measured_step_us": {n: truth.simulate(p).step_time_us for n, p in fit_set.items()}}})
     rows = []
     for name, p in {**fit_set, **held_out}.items():
@@ -151,11 +152,14 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     fits, figures = fits.set_index("rule"), figures.set_index("rule")
     today = "mean-streams-control-lifo-latency-measured-arrivals-last"
     lifo = "mean-streams-control-lifo-latency-measured"
+    corun = today + "-corun-fitted"
     assert list(fits.index) == ["median-1stream", "mean-1stream", "median-streams", "mean-streams",
-                                "mean-streams-control", "mean-streams-control-lifo", lifo, today]
+                                "mean-streams-control", "mean-streams-control-lifo", lifo, today, corun]
     chosen = fits.loc[today]
     assert (chosen["send_cpu_share"], chosen["latency_scale"], chosen["link_streams"], chosen["fit_error"]) == (
         0.0, 1.0, 4, 0.0)
+    # the times were made with no co-running slowdown, the cluster's own: fitting one keeps it
+    assert fits.loc[corun, ["link_streams", "corun_slowdown", "fit_error"]].tolist() == [4, 0.0, 0.0]
     # the same stack with the arrivals on top does not fit exactly: the ready order is seen by the fit
     assert (fits.loc[["mean-streams-control-lifo", lifo], "fit_error"] > 0).all()
     assert figures.loc[today, "step_error_median"] == 0.0
@@ -171,7 +175,7 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
         refit(tmp_path, "elsewhere")
     main([str(tmp_path), "--refit", "calibration", "--csv", str(tmp_path / "rules.csv")])
     rules = pd.read_csv(tmp_path / "rules.csv")
-    assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 8
+    assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 9
     assert rules.set_index("rule").loc[today, "link_streams"] == 4
     # the validation's rounds ran every op 1.5x slower, its one-worker step among them: fitted on the op times
     # anchored to those rounds (as its rows are simulated), the same model is found again exactly

@@ -539,6 +539,25 @@ def test_fit_transfer_model_recovers_the_streams_that_made_the_times():
     assert (fit.send_cpu_share, fit.latency_scale, fit.link_streams, fit.error) == (0.0, 0.5, 4, 0.0)
 
 
+def test_fit_transfer_model_recovers_the_corun_slowdown_that_made_the_times():
+    from trinity.runtime.calibrate import FITTED_CORUN_SLOWDOWNS, TransferFit, fit_transfer_model
+
+    # times made with both devices slowed by 20% while both compute; the cluster measured 3%
+    g, cluster, placements, measured = fit_case(truth={"send_cpu_share": 0.3, "corun_slowdown": 0.2},
+                                                latency_scale=1.0, corun_slowdown=0.03)
+    fit = fit_transfer_model(g, cluster, placements, measured, corun_slowdowns=FITTED_CORUN_SLOWDOWNS)
+    assert (fit.send_cpu_share, fit.corun_slowdown, fit.error) == (pytest.approx(0.3), 0.2, 0.0)
+    assert fit.apply(cluster).corun_slowdown == 0.2
+    assert fit_transfer_model(g, cluster, placements, measured) == fit  # fitted by default
+    kept = fit_transfer_model(g, cluster, placements, measured, corun_slowdowns=None)  # the measured one alone
+    assert kept.corun_slowdown is None and kept.apply(cluster).corun_slowdown == 0.03 and kept.error > 0
+    # the measured one wins a tie: times made at 3% choose it over any fitted value
+    g, cluster, placements, measured = fit_case(truth={"send_cpu_share": 0.3, "corun_slowdown": 0.03},
+                                                latency_scale=1.0, corun_slowdown=0.03)
+    assert fit_transfer_model(g, cluster, placements, measured, corun_slowdowns=(0.03, 0.2)).corun_slowdown is None
+    assert TransferFit(0.0, 1.0, 1, 0.0).apply(cluster).corun_slowdown == 0.03
+
+
 def test_blended_strategies_move_the_differing_groups_in_topological_order():
     from trinity.runtime.validate import blended_strategies
 

@@ -327,8 +327,8 @@ def _calibration(args, g, gd, workers, reuse: bool = True):
         print(f"calibrated {workers.n} workers ({', '.join(workers.hosts)}): link latency {link['latency_us']:.0f} us, "
               f"bandwidth {link['bandwidth_GBps']:.2f} GB/s (R^2 {link['r2']:.3f}); fitted to {', '.join(fit['placers'])}: the sender's processor spends "
               f"{fit['send_cpu_share']:.2f} of a transfer's time on it, latency x{fit['latency_scale']:g}, "
-              f"{fit['link_streams']} transfer(s) at once per sender (mean error {fit['mean_error']:.3f}); both workers computing at once run {report['shared_machine']['corun_slowdown']:.1%} "
-              f"slower, a second worker adds {report['shared_machine']['step_sync_us']:.0f} us a step; one worker runs a step in "
+              f"{fit['link_streams']} transfer(s) at once per sender (mean error {fit['mean_error']:.3f}); both workers computing at once run {cluster.corun_slowdown:.1%} "
+              f"slower (measured: {report['shared_machine']['corun_slowdown']:.1%}), a second worker adds {report['shared_machine']['step_sync_us']:.0f} us a step; one worker runs a step in "
               f"{report['worker_step_us_median'] / 1e3:.1f} ms (x{report['anchor']['scale']:.3f} when timed beside the "
               f"fit set); written to {args.calibration}")
     return cluster, cg

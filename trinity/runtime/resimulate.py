@@ -35,8 +35,8 @@ from trinity.errors import TrinityError, run_main
 from trinity.fileio import read_json
 from trinity.graph import load_graph
 from trinity.placement import Strategy
-from trinity.runtime.calibrate import (ANCHOR_PLACER, FITTED_LATENCY_SCALES, LATENCY_SCALES, LINK_STREAMS,
-                                      TransferFit, fit_transfer_model, times_scaled)
+from trinity.runtime.calibrate import (ANCHOR_PLACER, FITTED_CORUN_SLOWDOWNS, FITTED_LATENCY_SCALES, LATENCY_SCALES,
+                                      LINK_STREAMS, TransferFit, fit_transfer_model, times_scaled)
 from trinity.runtime.validate import anchored_to_rounds, error_summary
 from trinity.sim import Simulator
 
@@ -51,6 +51,7 @@ class FitRule(NamedTuple):
     control_transfers: bool = False
     ready_order: str = "fifo"
     latency_scales: tuple[float, ...] = FITTED_LATENCY_SCALES
+    corun_slowdowns: tuple[float, ...] | None = None  # tried besides the measured one (None: it alone)
 
 
 #: Oldest first; the last is today's calibration (`trinity.runtime.calibrate`), each adds one change.
@@ -60,7 +61,9 @@ FIT_RULES = (FitRule("median-1stream", "median", (1,)), FitRule("mean-1stream", 
              FitRule("mean-streams-control-lifo", "mean", LINK_STREAMS, True, "lifo"),
              FitRule("mean-streams-control-lifo-latency-measured", "mean", LINK_STREAMS, True, "lifo", LATENCY_SCALES),
              FitRule("mean-streams-control-lifo-latency-measured-arrivals-last", "mean", LINK_STREAMS, True,
-                     "lifo-arrivals-last", LATENCY_SCALES))
+                     "lifo-arrivals-last", LATENCY_SCALES),
+             FitRule("mean-streams-control-lifo-latency-measured-arrivals-last-corun-fitted", "mean", LINK_STREAMS,
+                     True, "lifo-arrivals-last", LATENCY_SCALES, FITTED_CORUN_SLOWDOWNS))
 
 
 def parts(folder) -> list[tuple[int, int | None, Path, Path]]:
@@ -77,6 +80,14 @@ def parts(folder) -> list[tuple[int, int | None, Path, Path]]:
         out += sorted((run, int(p.name[5:]), p, cluster_file) for p in top.iterdir()
                       if re.fullmatch(r"batch\d+", p.name))
     return out
+
+
+def _batch(part: Path, table: pd.DataFrame) -> int:
+    """The batch a part ran at: its table's (the validate stage's), else its calibrated graph's (`trinity
+    validate`'s table has no batch column)."""
+    if "batch" in table:
+        return int(table["batch"].iloc[0])
+    return int(load_graph(part / "calibration" / "graph.json.gz").meta["batch_size"])
 
 
 def _placement(part: Path, name: str, graph) -> np.ndarray:
@@ -148,7 +159,7 @@ def compare(folder, link_streams: int | None = None, unanchored: bool = False) -
             tables[f"streams{link_streams}"] = resimulate_part(part, streams)
         if unanchored:
             tables["unanchored"] = resimulate_part(part, cluster, round_anchor=False)
-        row = {"run": run, "batch": int(committed["batch"].iloc[0]) if batch is None else batch,
+        row = {"run": run, "batch": _batch(part, committed) if batch is None else batch,
                "held_out_split": int(error_summary(committed)["held_out_split_strategies"])}
         for name, table in tables.items():
             summary = error_summary(table)
@@ -169,10 +180,13 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
     calibration = top / "calibration"
     report = read_json(calibration / "calibration.json")
     cluster = load_cluster(calibration / "cluster.yaml")
-    # the calibration's cluster before its fit: one link, the lone round trip's latency, no CPU share, one stream
+    # the calibration's cluster before its fit: one link, the lone round trip's latency, no CPU share, one stream,
+    # the co-running slowdown as measured
     latency = np.full_like(cluster.latency, float(report["link"]["latency_us"]))
     np.fill_diagonal(latency, 0.0)
-    base = replace(cluster, latency=latency, send_cpu_share=0.0, link_streams=1,
+    shared = report.get("shared_machine") or {}  # rounded as the cluster file records it
+    measured_corun = round(shared["corun_slowdown"], 4) if "corun_slowdown" in shared else cluster.corun_slowdown
+    base = replace(cluster, latency=latency, send_cpu_share=0.0, link_streams=1, corun_slowdown=measured_corun,
                    control_transfers=rule.control_transfers, ready_order=rule.ready_order)
     graph = load_graph(calibration / "graph.json.gz")
     if measured_from == "calibration":
@@ -194,7 +208,9 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
     else:
         raise TrinityError(f"must be calibration or validation, got {measured_from!r}", field="measured_from")
     fit = fit_transfer_model(graph, base, placements, list(measured.values()), link_streams=rule.link_streams,
-                             latency_scales=rule.latency_scales, objective=rule.objective)
+                             latency_scales=rule.latency_scales, objective=rule.objective,
+                             corun_slowdowns=rule.corun_slowdowns)
+    fit = replace(fit, corun_slowdown=fit.apply(base).corun_slowdown)  # the measured one, where it was kept
     return fit, fit.apply(base)
 
 
@@ -210,7 +226,7 @@ def refitted_parts(folder, measured_from: str = "calibration"):
             fit, cluster = refit_run(top, rule, measured_from)
             for batch, part in run_parts:
                 table = resimulate_part(part, cluster)
-                yield run, int(table["batch"].iloc[0]) if batch is None else batch, rule, fit, table
+                yield run, _batch(part, table) if batch is None else batch, rule, fit, table
 
 
 def refit(folder, measured_from: str = "calibration") -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -219,7 +235,7 @@ def refit(folder, measured_from: str = "calibration") -> tuple[pd.DataFrame, pd.
     for run, batch, rule, fit, table in refitted_parts(folder, measured_from):
         fits[run, rule.label] = {"run": run, "rule": rule.label, "send_cpu_share": fit.send_cpu_share,
                                  "latency_scale": fit.latency_scale, "link_streams": fit.link_streams,
-                                 "fit_error": fit.error}
+                                 "corun_slowdown": fit.corun_slowdown, "fit_error": fit.error}
         summary = error_summary(table)
         rows.append({"run": run, "batch": batch, "rule": rule.label,
                      **{key.removeprefix("held_out_split_"): summary[key] for key in FIGURES}})

@@ -164,7 +164,8 @@ def _one_run(cfg, job, graph, graph_def, batches, out, r: int, own, tracker) -> 
                                  f"calibration/run{r}/send_cpu_share": fit["send_cpu_share"],
                                  f"calibration/run{r}/latency_scale": fit["latency_scale"],
                                  f"calibration/run{r}/link_streams": fit["link_streams"],
-                                 f"calibration/run{r}/corun_slowdown": shared["corun_slowdown"],
+                                 f"calibration/run{r}/corun_slowdown": cluster.corun_slowdown,  # fitted
+                                 f"calibration/run{r}/corun_slowdown_measured": shared["corun_slowdown"],
                                  f"calibration/run{r}/step_sync_us": shared["step_sync_us"],
                                  f"calibration/run{r}/anchor_scale": report["anchor"]["scale"]}, step=0)
         if not searched:
