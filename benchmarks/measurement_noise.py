@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from trinity.errors import TrinityError, run_main
+from trinity.runtime.validate import rank_correlation
 
 
 def noise_figures(steps_ms: np.ndarray) -> dict:
@@ -53,12 +54,8 @@ def noise_figures(steps_ms: np.ndarray) -> dict:
         "strategy_sd_ms": float(medians.std(ddof=1)),
         "first_round_excess_ms": float((np.median(s[:, 0], axis=1) - medians).mean()),
         "first_step_excess_ms": float((s[:, :, 0] - np.median(s[:, :, 1:], axis=2)).mean()),
-        "split_half_rank": _rank(np.median(rounds[:, ::2], axis=1), np.median(rounds[:, 1::2], axis=1)),
+        "split_half_rank": rank_correlation(np.median(rounds[:, ::2], axis=1), np.median(rounds[:, 1::2], axis=1)),
     }
-
-
-def _rank(a, b) -> float:
-    return float(pd.Series(np.asarray(a, float)).rank().corr(pd.Series(np.asarray(b, float)).rank()))
 
 
 def rank_by_rounds(steps_ms: np.ndarray, simulated: np.ndarray, ks: list[int]) -> pd.DataFrame:
@@ -72,8 +69,8 @@ def rank_by_rounds(steps_ms: np.ndarray, simulated: np.ndarray, ks: list[int]) -
             raise TrinityError(f"{k} rounds asked for, {s.shape[1]} measured", field="--rank-rounds")
         first = np.median(s[:, :k].reshape(len(s), -1), axis=1)
         second = np.median(s[:, k:2 * k].reshape(len(s), -1), axis=1) if 2 * k <= s.shape[1] else None
-        rows.append({"rounds": k, "strategies": len(s), "sim_rank": _rank(simulated, first),
-                     "retest_rank": _rank(first, second) if second is not None else float("nan")})
+        rows.append({"rounds": k, "strategies": len(s), "sim_rank": rank_correlation(simulated, first),
+                     "retest_rank": rank_correlation(first, second) if second is not None else float("nan")})
     return pd.DataFrame(rows)
 
 

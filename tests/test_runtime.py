@@ -602,3 +602,12 @@ def test_workers_start_again_on_fresh_ports_when_a_picked_one_is_taken(monkeypat
             workers.check()
         with pytest.raises(WorkerError, match=f"port {taken} is already taken"):
             LocalWorkers(1, ports=[taken])
+
+
+def test_rank_correlation_is_spearmans_with_ties_sharing_their_mean_rank():
+    from trinity.runtime.validate import rank_correlation
+
+    assert rank_correlation([1.0, 2.0, 3.0], [10.0, 30.0, 20.0]) == pytest.approx(0.5)  # ranks 1,2,3 against 1,3,2
+    assert rank_correlation([3.0, 2.0, 1.0], [2.0, 2.0, 1.0]) == pytest.approx(np.sqrt(3) / 2)  # (2.5, 2.5, 1)
+    assert rank_correlation([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert np.isnan(rank_correlation([1.0, 2.0], [1.0, 2.0]))  # two points always agree: no evidence

@@ -110,6 +110,15 @@ def test_the_best_step_annealing_had_reached_by_a_wall_time():
     assert best_step_within(curve, 6.0) == 500.0
 
 
+def test_the_least_value_among_points_taken_by_a_wall_time():
+    from trinity.placers.annealing import best_by
+
+    points = [(0.2, 31.0), (1.0, 29.5), (3.0, 30.0), (4.5, 28.0)]  # e.g. a history.csv's seconds and best ms
+    assert best_by(points, 0.1) == 31.0  # nothing yet: the first point's value
+    assert best_by(iter(points), 3.0) == 29.5  # a generator is read once
+    assert best_by(points, 10.0) == 28.0
+
+
 def test_annealing_calibrates_and_refuses_bad_settings():
     g, c = two_chains(), make_cluster(2)
     start = place("single", g, c).placement

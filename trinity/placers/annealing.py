@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -202,8 +202,14 @@ def anneal(graph: OpGraph, cluster: Cluster, start: np.ndarray, *, budget: int, 
 def best_step_within(curve: list[tuple[int, float, float, float]], seconds: float) -> float:
     """The best step time (us) an annealing ``curve`` (`AnnealResult.curve`) had reached by ``seconds`` of wall
     time: what annealing offers a search that ran that long (its start's where no point lies within)."""
-    within = [step for _, sec, step, _ in curve if sec <= seconds]
-    return min(within) if within else curve[0][2]
+    return best_by(((sec, step) for _, sec, step, _ in curve), seconds)
+
+
+def best_by(points: Iterable[tuple[float, float]], seconds: float) -> float:
+    """The least value among (wall time, value) ``points`` taken by ``seconds``; the first point's where none is."""
+    points = list(points)
+    within = [value for sec, value in points if sec <= seconds]
+    return min(within) if within else points[0][1]
 
 
 def start_placement(name: str, graph: OpGraph, cluster: Cluster, *, seed: int | None = None

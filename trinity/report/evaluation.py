@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from trinity.placers.annealing import best_step_within
+from trinity.placers.annealing import best_by
 from trinity.plots import _save, plt
 
 #: seeded methods, in the order the table lists them
@@ -53,9 +53,8 @@ def annealing_at(search: pd.DataFrame, model: str, cluster: str, method: str) ->
             continue
         curve = pd.read_csv(file)
         if len(curve):
-            points = [(0, sec, ms * 1e3, 0.0) for sec, ms in zip(curve["charts/seconds"],
-                                                                   curve["charts/best_step_time_ms"])]
-            values.append(best_step_within(points, float(run["search_seconds"])) / 1e3)
+            values.append(best_by(zip(curve["charts/seconds"], curve["charts/best_step_time_ms"]),
+                                  float(run["search_seconds"])))
     return sum(values) / len(values) if values else None
 
 

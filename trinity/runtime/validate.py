@@ -267,6 +267,10 @@ def _noise(rows: pd.DataFrame, prefix: str) -> dict:
 
 def _rank_correlation(rows: pd.DataFrame) -> float:
     """Spearman's rank correlation of simulated against measured step times (NaN under 3 rows)."""
-    if len(rows) < 3:
-        return float("nan")
-    return float(rows["sim_step_ms"].rank().corr(rows["real_step_ms"].rank()))
+    return rank_correlation(rows["sim_step_ms"], rows["real_step_ms"])
+
+
+def rank_correlation(a, b) -> float:
+    """Spearman's rank correlation of two equally long sequences (ties share their mean rank; NaN under 3)."""
+    a, b = pd.Series(np.asarray(a, float)), pd.Series(np.asarray(b, float))
+    return float("nan") if len(a) < 3 else float(a.rank().corr(b.rank()))
