@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-corun families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-corun validation-rounds-refit families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -313,6 +313,23 @@ validation-corun: params  ## the co-running slowdown fitted or measured, on fres
 	$(PY) pipeline/validate.py $(CORUN_HYDRA) job.model=nmt_2layer_s12 paths.results=$(CORUN_OUT)/own
 	$(PY) -m trinity.runtime.resimulate $(CORUN_OUT)/inception_v3_rounds $(CORUN_OUT)/own/validate/inception_v3 \
 		$(CORUN_OUT)/own/validate/nmt_2layer_s12 --refit calibration --csv reports/validation_corun.csv
+
+# the transfer model refitted to the fit set's rows of each run's rounds (`validation.refit_to_rounds`) against the
+# calibration's own fit, at every batch of the run, and each cluster term set otherwise (validation_what_if.py):
+# validation-corun's stage validations (InceptionV3, NMT x2) and two more fresh InceptionV3 ones (on
+# strategies the stage places itself, through today's calibration: the co-running slowdown fitted; ~35 min each)
+REFIT_OUT := out/validate_refit
+validation-rounds-refit: params  ## the transfer model refitted to the rounds or the calibration's (~70 min)
+	test -f $(CORUN_OUT)/own/validate/nmt_2layer_s12/results.csv || $(MAKE) validation-corun
+	for d in own own2; do test -f $(REFIT_OUT)/$$d/validate/inception_v3/batch8/results.csv || \
+		$(PY) pipeline/validate.py $(CORUN_HYDRA) job.model=inception_v3 'run.models=[layered12]' validation.runs=1 \
+		paths.results=$(REFIT_OUT)/$$d || exit 1; done
+	$(PY) -m trinity.runtime.resimulate $(CORUN_OUT)/own/validate/inception_v3 $(REFIT_OUT)/own/validate/inception_v3 \
+		$(REFIT_OUT)/own2/validate/inception_v3 $(CORUN_OUT)/own/validate/nmt_2layer_s12 --rounds-refit \
+		--csv reports/validation_rounds_refit.csv
+	$(PY) benchmarks/validation_what_if.py $(CORUN_OUT)/own/validate/inception_v3 $(REFIT_OUT)/own/validate/inception_v3 \
+		$(REFIT_OUT)/own2/validate/inception_v3 $(CORUN_OUT)/own/validate/nmt_2layer_s12 \
+		--csv reports/validation_what_if_fresh.csv
 
 VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin
 

@@ -76,7 +76,7 @@ def what_if(folders, variants=VARIANTS) -> pd.DataFrame:
         for name, change in variants.items():
             table = resimulate_part(part, changed(cluster, change))
             summary = error_summary(table)
-            rows.append({"model": folder.name, "run": run, "batch": int(table["batch"].iloc[0]),
+            rows.append({"model": folder.name, "folder": str(folder), "run": run, "batch": int(table["batch"].iloc[0]),
                          "variant": name, "change": json.dumps(change),
                          "step_error_median": summary["held_out_split_step_error_median"],
                          "rank_correlation": summary["held_out_split_rank_correlation"],
@@ -98,7 +98,7 @@ def main(argv=None) -> None:
     table.to_csv(args.csv, index=False)
     wide = table.assign(cell=[f"{m:.1%}/{r:.2f}/{f:.1%}" for m, r, f in
                               zip(table["step_error_median"], table["rank_correlation"], table["fit_set_error"])])
-    wide = wide.pivot_table(index="variant", columns=["model", "batch", "run"], values="cell", aggfunc="first",
+    wide = wide.pivot_table(index="variant", columns=["folder", "batch", "run"], values="cell", aggfunc="first",
                             sort=False)
     pd.set_option("display.width", 250)
     print("held-out split median |error| / rank correlation / fit set's mean |error|")

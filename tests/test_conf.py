@@ -163,6 +163,7 @@ def test_the_default_validation_covers_two_models_twice_and_bad_settings_name_th
     assert config.compose(["experiment=smoke"]).validation.runs == 1
     assert list(cfg.validation.anchor_range) == [0.5, 2.0]  # the smoke graph's ms steps get a wider one
     assert list(config.compose(["experiment=smoke"]).validation.anchor_range) == [0.2, 5.0]
+    assert cfg.validation.refit_to_rounds is False
     cores = len(os.sched_getaffinity(0))
     for override, model, field in (("validation.batches=[0]", "inception_v3", "validation.batches[0]"),
                                    ("validation.anchor_range=[1.1,2]", "inception_v3", "validation.anchor_range"),
@@ -170,6 +171,8 @@ def test_the_default_validation_covers_two_models_twice_and_bad_settings_name_th
                                    ("validation.anchor_range=[0.5,fast]", "inception_v3", "validation.anchor_range"),
                                    ("validation.batches=[8]", "layered12", "validation.batches"),
                                    ("validation.runs=0", "inception_v3", "validation.runs"),
+                                   ("validation.refit_to_rounds=sometimes", "inception_v3",
+                                    "validation.refit_to_rounds"),
                                    (f"validation.workers={cores + 1}", "inception_v3", "validation.workers"),
                                    ("validation.placers=[]", "nmt_2layer_s12", "validation.placers")):
         bad = config.compose(["experiment=default", override]

@@ -219,3 +219,44 @@ def test_refit_places_the_fit_set_on_the_op_times_it_was_placed_on(tmp_path, mon
     write_json(calibration / "calibration.json", report)  # before anchors: the times as saved
     refit_run(tmp_path, FIT_RULES[-1])
     assert seen == [[5.0, 2.5, 0.5], [10.0, 5.0, 1.0]]
+
+
+def test_rounds_refit_fits_each_runs_own_batch_and_carries_the_fit_to_its_other_batches(tmp_path):
+    """Every strategy's times made by a known transfer model (a 0.3 send share, both workers 20% slower together)
+    that the calibration's file misses (0.9, none): the transfer model refitted to the fit set's rows of the run's
+    rounds at its own batch finds it, and judges the held-out strategies exactly there and at the other batch."""
+    import dataclasses
+
+    from trinity.graph.synthetic import layered_dag
+    from trinity.placers import place
+    from trinity.sim import Simulator
+
+    g = layered_dag(40, 90, seed=5, colocated_fraction=0.0, control_fraction=0.3)
+    base = cluster_from_dict({"name": "w", "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(2)],
+                              "default_link": {"bandwidth_GBps": 2.0, "latency_us": 200.0},
+                              "control_transfers": True, "ready_order": "lifo-arrivals-last"})
+    truth = Simulator(g, dataclasses.replace(base, send_cpu_share=0.3, corun_slowdown=0.2))
+    strategies = {**{name: (name, place(name, g, base).placement) for name in ("round-robin", "m-etf", "m-topo")},
+                  "single": ("single", np.zeros(len(g.ops), np.int64)),
+                  **{f"random{s}": ("random", place("random", g, base, seed=s).placement) for s in range(4)}}
+    for part, batch in ((tmp_path, 64), (tmp_path / "batch8", 8)):
+        (part / "calibration").mkdir(parents=True)
+        save_graph(g, part / "calibration" / "graph.json.gz")
+        rows = []
+        for name, (source, p) in strategies.items():
+            Strategy.from_array(g, base, p).save(part / "strategies" / f"{name}.json")
+            rows.append({"batch": batch, "run": 1, "strategy": name, "source": source,
+                         "calibration_set": source != "random", "sim_step_ms": 1.0, "sim_comm_MB": 0.0,
+                         "real_step_ms": truth.simulate(p).step_time_us / 1e3,
+                         "real_crossed_MB": 0.0 if name == "single" else 1.0, "step_error": 0.0, "comm_error": 0.0,
+                         "overridden": 0})
+        pd.DataFrame(rows).to_csv(part / "results.csv", index=False)
+    write_yaml(tmp_path / "calibration" / "cluster.yaml", {**base.to_dict(), "send_cpu_share": 0.9})
+    table = compare(tmp_path, rounds_refit=True).set_index("batch")
+    assert list(table.index) == [64, 8] and (table["held_out_split"] == 4).all()
+    assert (table["now_step_error_median"] > 0.01).all()  # the calibration's file: a 0.9 share, no slowdown
+    assert (table["rounds_refit_step_error_median"] == 0.0).all()  # batch 8 fitted nothing: batch 64's fit
+    assert (table["rounds_refit_step_error_p90"] == 0.0).all()
+    assert table["rounds_refit_rank_correlation"].tolist() == pytest.approx([1.0, 1.0])
+    assert table["rounds_refit_send_cpu_share"].tolist() == pytest.approx([0.3, 0.3])
+    assert table["rounds_refit_corun_slowdown"].tolist() == [0.2, 0.2]

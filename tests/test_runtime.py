@@ -384,6 +384,29 @@ def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
     assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"results.csv", "sim_vs_real.png"}
 
 
+
+def test_cli_validate_refits_the_transfer_model_to_its_rounds_when_asked(tiny, tmp_path, capsys):
+    from trinity.cluster import load_cluster
+    from trinity.runtime.validate import Candidate, refit_to_rounds
+
+    path, _, _ = tiny
+    out = tmp_path / "validation"
+    code = main(["validate", str(path), "--placers", "single", "round-robin", "metis", "m-topo", "--rounds", "1",
+                 "--steps", "1", "--warmup", "1", "--profile-steps", "2", "--out", str(out), "--no-mlflow",
+                 "--anchor-range", "0.1", "10", "--refit-to-rounds"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    assert "refitted to the fit set's rows of these rounds" in stdout
+    table = pd.read_csv(out / "results.csv")
+    # results.csv is the refit's: the calibration's cluster and measurements refitted again give the same rows
+    graph = load_graph(out / "calibration" / "graph.json.gz")
+    cluster = load_cluster(out / "calibration" / "cluster.yaml")
+    candidates = [Candidate(n, s, Strategy.load(out / "strategies" / f"{n}.json").to_indices(graph))
+                  for n, s in zip(table["strategy"], table["source"])]
+    again, _, fit = refit_to_rounds(graph, cluster, candidates, table)
+    assert fit is not None and np.allclose(again["sim_step_ms"], table["sim_step_ms"], rtol=1e-9)
+    assert np.allclose(table["step_error"], (table["sim_step_ms"] - table["real_step_ms"]) / table["real_step_ms"])
+
 def test_measurements_taken_before_a_worker_dies_are_kept(tiny, tmp_path, monkeypatch):
     from trinity.placers import place
     from trinity.runtime.runner import Runner
@@ -557,6 +580,45 @@ def test_fit_transfer_model_recovers_the_corun_slowdown_that_made_the_times():
     assert fit_transfer_model(g, cluster, placements, measured, corun_slowdowns=(0.03, 0.2)).corun_slowdown is None
     assert TransferFit(0.0, 1.0, 1, 0.0).apply(cluster).corun_slowdown == 0.03
 
+
+
+def test_refit_to_rounds_fits_the_fit_sets_rows_on_the_anchored_op_times_and_simulates_every_row_again():
+    import dataclasses
+
+    from trinity.runtime.calibrate import times_scaled
+    from trinity.runtime.validate import Candidate, refit_to_rounds
+    from trinity.sim import Simulator
+
+    g, cluster, _, _ = fit_case(latency_scale=1.0, corun_slowdown=0.03)  # the calibration's: no share, 3% corun
+    names = {"round-robin": "round-robin", "m-etf": "m-etf", "metis": "metis", "random": "held-out"}
+    candidates = [Candidate(name, source, place(source, g, cluster, **({"seed": 1} if source == "random" else {}))
+                            .placement) for source, name in names.items()]
+    # the rounds ran the op times 2x the calibration's, with a 0.3 send share and both workers 20% slower together
+    truth = Simulator(times_scaled(g, 2.0), dataclasses.replace(cluster, send_cpu_share=0.3, corun_slowdown=0.2))
+    before = Simulator(times_scaled(g, 2.0), cluster)
+    rows = []
+    for c in candidates:
+        real, sim = truth.simulate(c.placement), before.simulate(c.placement)
+        rows.append({"strategy": c.name, "source": c.source, "calibration_set": c.source != "random",
+                     "anchor_scale": 2.0, "sim_step_ms": sim.step_time_us / 1e3, "sim_comm_MB": 0.0,
+                     "real_step_ms": real.step_time_us / 1e3, "real_crossed_MB": float(real.sent_bytes.sum()) / 1e6,
+                     "step_error": 0.5, "comm_error": 0.5})
+    rows.append({**rows[-1], "strategy": "refused", "real_step_ms": float("nan"), "step_error": float("nan")})
+    candidates.append(Candidate("refused", "random", candidates[-1].placement))
+    table = pd.DataFrame(rows)
+    refitted_table, refitted, fit = refit_to_rounds(g, cluster, candidates, table)
+    assert (fit.send_cpu_share, fit.corun_slowdown, fit.error) == (pytest.approx(0.3), 0.2, 0.0)
+    assert (refitted.send_cpu_share, refitted.corun_slowdown) == (pytest.approx(0.3), 0.2)
+    assert (refitted.latency == cluster.latency).all()  # the calibration's latency kept
+    assert list(refitted_table.columns) == list(table.columns)
+    measured = refitted_table.iloc[:4]
+    assert (measured["step_error"] == 0.0).all() and (measured["comm_error"] == 0.0).all()  # held-out row too
+    assert refitted_table.loc[4, "sim_step_ms"] == refitted_table.loc[3, "sim_step_ms"]  # a refused row: simulated
+    assert np.isnan(refitted_table.loc[4, "step_error"])  # ... and still unmeasured
+    # two fit-set rows are too few to fit: everything as it was
+    few = table[table["source"].isin(["m-etf", "random"])]
+    same_table, same_cluster, none = refit_to_rounds(g, cluster, candidates, few)
+    assert none is None and same_cluster is cluster and same_table is few
 
 def test_blended_strategies_move_the_differing_groups_in_topological_order():
     from trinity.runtime.validate import blended_strategies

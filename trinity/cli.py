@@ -347,7 +347,8 @@ def cmd_validate(args) -> None:
     from trinity.fileio import write_json
     from trinity.placement import Strategy
     from trinity.plots import plot_sim_vs_real
-    from trinity.runtime.validate import Candidate, candidate_strategies, error_summary, validate
+    from trinity.runtime.validate import (Candidate, candidate_strategies, error_summary, refit_to_rounds,
+                                          validate)
 
     _anchor_range(args)  # refused before any worker starts
     g, gd = _exported(args.graph)
@@ -374,6 +375,12 @@ def cmd_validate(args) -> None:
                                field="strategy")
         table = validate(cg, gd, workers, cluster, candidates, out_dir=out, rounds=args.rounds, steps=args.steps,
                          warmup=args.warmup, timeout_s=args.timeout, progress=True, anchor_range=_anchor_range(args))
+        if args.refit_to_rounds:
+            table, cluster, refitted = refit_to_rounds(cg, cluster, candidates, table)
+            if refitted is not None:
+                table.to_csv(out / "results.csv", index=False)
+                print(f"the transfer model refitted to the fit set's rows of these rounds: send CPU share "
+                      f"{refitted.send_cpu_share:.2f}, co-running slowdown {cluster.corun_slowdown:.3f}")
     summary = error_summary(table)
     write_json(out / "summary.json", summary)
     tracker = None
@@ -554,6 +561,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search-samples", type=_int_in(0), default=0, help="also run N strategies sampled during a search")
     p.add_argument("--calibration", help="calibration folder to reuse or fill (default OUT/calibration)")
     p.add_argument("--recalibrate", action="store_true", help="measure again even if --calibration has one")
+    p.add_argument("--refit-to-rounds", action="store_true",
+                   help="simulate on the transfer model fitted again to the fit set's rows of these rounds (with 3 or "
+                        "more of its placers among the strategies), not the calibration's")
     p.add_argument("--rounds", type=_int_in(1), default=3, help="interleaved rounds over all strategies")
     p.add_argument("--steps", type=_int_in(1), default=3, help="timed steps per strategy per round")
     p.add_argument("--warmup", type=_int_in(0), default=2)

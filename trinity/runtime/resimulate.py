@@ -16,6 +16,7 @@ all its batches (nothing is fitted at the other batches).
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --link-streams 4
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --refit calibration
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --unanchored   # before the round anchor
+    python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --rounds-refit  # the calibration's fit too
     make validation-fit-rules   # both models, both sources -> reports/validation_fit_rules*.csv
 """
 
@@ -37,7 +38,7 @@ from trinity.graph import load_graph
 from trinity.placement import Strategy
 from trinity.runtime.calibrate import (ANCHOR_PLACER, FITTED_CORUN_SLOWDOWNS, FITTED_LATENCY_SCALES, LATENCY_SCALES,
                                       LINK_STREAMS, TransferFit, fit_transfer_model, times_scaled)
-from trinity.runtime.validate import anchored_to_rounds, error_summary
+from trinity.runtime.validate import Candidate, anchored_to_rounds, error_summary, refit_to_rounds
 from trinity.sim import Simulator
 
 class FitRule(NamedTuple):
@@ -144,15 +145,26 @@ def resimulate_part(part: Path, cluster: Cluster, round_anchor: bool = True) -> 
 FIGURES = ("held_out_split_step_error_median", "held_out_split_step_error_p90", "held_out_split_rank_correlation")
 
 
-def compare(folder, link_streams: int | None = None, unanchored: bool = False) -> pd.DataFrame:
+def compare(folder, link_streams: int | None = None, unanchored: bool = False, rounds_refit: bool = False
+            ) -> pd.DataFrame:
     """One row per run and batch: the committed figures, those of the simulator now on the calibrated
-    cluster, (with ``link_streams``) those of the same cluster carrying that many transfers at once, and
-    (with ``unanchored``) those of the op times not anchored to the part's rounds (`resimulate_part`)."""
-    rows = []
+    cluster, (with ``link_streams``) those of the same cluster carrying that many transfers at once,
+    (with ``unanchored``) those of the op times not anchored to the part's rounds (`resimulate_part`), and
+    (with ``rounds_refit``) those of the transfer model fitted again to the fit set's rows of the run's
+    rounds at its own batch (`refit_to_rounds`, as `validate` does with ``validation.refit_to_rounds``), at every
+    batch of the run."""
+    rows, refitted = [], {}
     for run, batch, part, cluster_file in parts(folder):
         cluster = load_cluster(cluster_file)
         committed = pd.read_csv(part / "results.csv")
         tables = {"committed": committed, "now": resimulate_part(part, cluster)}
+        if rounds_refit:
+            if batch is None:  # the run's own batch, the calibration's: its fit set's rows are fitted
+                now, graph = tables["now"], load_graph(part / "calibration" / "graph.json.gz")
+                candidates = [Candidate(n, s, _placement(part, n, graph)) for n, s in zip(now["strategy"],
+                                                                                          now["source"])]
+                _, refitted[run], _ = refit_to_rounds(graph, cluster, candidates, now)
+            tables["rounds_refit"] = resimulate_part(part, refitted[run])
         if link_streams is not None:
             # through the cluster file's checks: a bad count is refused naming link_streams
             streams = cluster_from_dict({**cluster.to_dict(), "link_streams": link_streams}, str(cluster_file))
@@ -165,6 +177,9 @@ def compare(folder, link_streams: int | None = None, unanchored: bool = False) -
             summary = error_summary(table)
             row.update({f"{name}_{key.removeprefix('held_out_split_')}": summary[key] for key in FIGURES})
             row[f"{name}_anchor_scale"] = summary["anchor_scale"]
+        if rounds_refit:  # the terms the refit chose (the run's own batch's, for every batch)
+            row.update({f"rounds_refit_{key}": float(getattr(refitted[run], key))
+                        for key in ("send_cpu_share", "link_streams", "corun_slowdown")})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -252,6 +267,8 @@ def main(argv=None) -> None:
                         "step times as the calibration measured them, or as the validation did, and compare")
     p.add_argument("--unanchored", action="store_true",
                    help="also simulate on the calibrated op times as they are, not anchored to each part's rounds")
+    p.add_argument("--rounds-refit", action="store_true",
+                   help="also simulate on the transfer model fitted again to the fit set's rows of each run's rounds")
     p.add_argument("--csv", default=None, metavar="PATH",
                    help="write every folder's held-out figures per run and batch (with --refit: per rule, with the "
                         "fit; else the comparison printed)")
@@ -261,7 +278,7 @@ def main(argv=None) -> None:
     tables = []
     for folder in args.folders:
         print(folder)
-        compared = compare(folder, args.link_streams, args.unanchored)
+        compared = compare(folder, args.link_streams, args.unanchored, args.rounds_refit)
         print(compared.to_string(**fmt))
         if not args.refit:
             tables.append(compared.assign(model=Path(folder).name))

@@ -6,7 +6,9 @@ workers (device i runs on worker i) is simulated on the calibrated workers and m
 placements run once. A model the search stage did not run on gets strategies of its own instead:
 ``validation.placers``, ``validation.search_samples`` strategies sampled along a short Trinity
 search and graded blends between pairs of placers (``validation.blends``), found once at the model's
-own batch on the first calibration. Then the same strategies run at
+own batch on the first calibration. With ``validation.refit_to_rounds`` the transfer model is fitted
+again to the fit placers' rows of the rounds at the model's own batch (`refit_to_rounds`), and that
+fit serves the run's other batches. Then the same strategies run at
 each of ``validation.batches``, the model exported at that batch: its op times are measured on the
 workers again, while the link, transfer and shared-machine terms fitted at the model's own batch are
 kept, so nothing is fitted at these batches. All of it runs ``validation.runs`` times, each with fresh
@@ -78,6 +80,8 @@ def check_validation(cfg: DictConfig, model: str) -> list[int]:
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise TrinityError(f"must be a positive integer, got {runs!r}", field="validation.runs")
     anchor_range_of(cfg)
+    if not isinstance(v.get("refit_to_rounds", False), bool):
+        raise TrinityError(f"must be true or false, got {v.refit_to_rounds!r}", field="validation.refit_to_rounds")
     if v.cluster_spec is None:
         cores = len(os.sched_getaffinity(0))
         if v.workers * v.threads_per_worker > cores:
@@ -172,8 +176,9 @@ def _one_run(cfg, job, graph, graph_def, batches, out, r: int, own, tracker) -> 
             own = own if own is not None else own_candidates(cfg, calibrated, cluster)
             chosen = [Candidate(c.name, c.source, c.placement.copy()) for c in own]
         prefix = "" if r == 1 else f"run{r}/"
-        summaries[int(spec.batch or 0)] = _measure(cfg, job, calibrated, graph_def, workers, cluster, chosen, out,
-                                                   spec.batch, tracker, artifacts=prefix.rstrip("/") or None, run=r)
+        summaries[int(spec.batch or 0)], cluster = _measure(
+            cfg, job, calibrated, graph_def, workers, cluster, chosen, out, spec.batch, tracker,
+            artifacts=prefix.rstrip("/") or None, run=r, refit=bool(v.get("refit_to_rounds", False)))
         for batch in batches:
             summaries[batch] = _other_batch(cfg, job, batch, workers, cluster, out / f"batch{batch}", tracker,
                                             graph, own, f"{prefix}batch{batch}", r)
@@ -198,26 +203,37 @@ def _other_batch(cfg, job, batch: int, workers, cluster, out, tracker, own_graph
     calibrated = calibration_at_batch(graph, graph_def, workers, cluster, out / "calibration",
                                       steps=cfg.validation.profile_steps, progress=True)
     return _measure(cfg, job, calibrated, graph_def, workers, cluster, chosen, out, batch, tracker,
-                    artifacts=artifacts, run=r)
+                    artifacts=artifacts, run=r)[0]
 
 
-def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, tracker, artifacts, run=1) -> dict:
+def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, tracker, artifacts, run=1,
+             refit: bool = False) -> tuple[dict, object]:
     """Simulate and measure ``chosen``; results.csv, summary.json and the scatter plot into ``out`` and
-    MLflow (under ``artifacts``, a folder, or at the top)."""
+    MLflow (under ``artifacts``, a folder, or at the top). ``refit``: the transfer model fitted again to
+    the fit set's rows of these rounds (`refit_to_rounds`). (summary, the cluster simulated on)."""
     from trinity.plots import plot_sim_vs_real
-    from trinity.runtime.validate import error_summary, validate
+    from trinity.runtime.validate import error_summary, refit_to_rounds, validate
 
     v = cfg.validation
     table = validate(graph, graph_def, workers, cluster, chosen, out_dir=out, rounds=v.rounds, steps=v.steps,
                      warmup=v.warmup, timeout_s=v.timeout_s, progress=True, anchor_range=anchor_range_of(cfg))
+    before = error_summary(table)
+    refitted = None
+    if refit:
+        table, cluster, refitted = refit_to_rounds(graph, cluster, chosen, table)
     table.insert(0, "batch", batch)
     table.insert(1, "run", run)
     table.to_csv(out / "results.csv", index=False)
     summary = {"batch": batch, "run": run, **error_summary(table)}
+    if refitted is not None:  # the terms the rounds gave, and the held-out figures on the calibration's own
+        summary["transfer_refit"] = {"send_cpu_share": refitted.send_cpu_share, "link_streams": refitted.link_streams,
+                                     "corun_slowdown": cluster.corun_slowdown, "mean_error": refitted.error}
+        summary.update({f"calibration_fit_{k}": before[k] for k in ("held_out_split_step_error_median",
+                                                                     "held_out_split_rank_correlation")})
     write_json(out / "summary.json", summary)
     key = f"validate/b{batch}" if run == 1 else f"validate/run{run}/b{batch}"
-    tracker.log_metrics({f"{key}/{k}": x for k, x in summary.items() if isinstance(x, (int, float)) and x == x},
-                        step=0)
+    flat = {**summary, **{f"refit_{k}": x for k, x in (summary.get("transfer_refit") or {}).items()}}
+    tracker.log_metrics({f"{key}/{k}": x for k, x in flat.items() if isinstance(x, (int, float)) and x == x}, step=0)
     if summary["strategies"]:
         plot_sim_vs_real(table, out / "sim_vs_real.png",
                          title=f"{graph.name}, batch {batch}, on {workers.n} workers, run {run}")
@@ -230,4 +246,9 @@ def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, t
           f"{summary['strategies']} strategies, held-out split {summary['held_out_split_step_error_median']:.3f} "
           f"over {summary['held_out_split_strategies']}, op times x{summary['anchor_scale']:.3f} to the one-worker "
           f"step of these rounds -> {out}")
-    return summary
+    if refitted is not None:
+        print(f"  the transfer model refitted to the fit set's rows of these rounds: send CPU share "
+              f"{refitted.send_cpu_share:.2f}, co-running slowdown {cluster.corun_slowdown:.3f}; held-out split rank "
+              f"{before['held_out_split_rank_correlation']:.3f} on the calibration's fit, "
+              f"{summary['held_out_split_rank_correlation']:.3f} on this")
+    return summary, cluster
