@@ -155,10 +155,11 @@ def refit_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate
     send CPU share, streams, co-running slowdown; the calibration's latency kept) fitted again to the fit
     set's rows of these rounds, and every strategy simulated again on it, on the op times the rounds
     anchored (``table``'s ``anchor_scale``; ``graph`` is the calibrated one). The calibration timed the fit
-    set in a session of its own, and between sessions the machine moves more than the strategies differ
-    (InceptionV3's fit set, relative to the one-worker step: m-ETF 1.21x at the calibration, 1.17x in the
-    rounds): as the op times are anchored to these rounds, so is the transfer model. Nothing held out is
-    fitted. Fewer than `REFIT_MIN_STRATEGIES` fit-set rows measured: everything as it was, fit None."""
+    set in a session of its own, and the machine moves between sessions (InceptionV3's m-ETF, relative to
+    the one-worker step: 1.21x at one calibration, 1.17x in its validation's rounds): as the op times are
+    anchored to these rounds, so is the transfer model. Nothing held out is fitted. Fewer than
+    `REFIT_MIN_STRATEGIES` fit-set rows measured: everything as it was, fit None. On three fresh
+    InceptionV3 validations it was no consistent gain (README), so nothing calls it by default."""
     from trinity.sim import Simulator
 
     measured = table.dropna(subset=["real_step_ms"]) if "real_step_ms" in table else table.iloc[:0]
