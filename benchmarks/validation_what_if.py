@@ -24,8 +24,8 @@ from tqdm import tqdm
 
 from trinity.cluster import Cluster, load_cluster
 from trinity.errors import TrinityError, run_main
-from trinity.runtime.resimulate import fit_set_rows, parts, resimulate_part
-from trinity.runtime.validate import error_summary
+from trinity.runtime.resimulate import parts, resimulate_part
+from trinity.runtime.validate import error_summary, fit_set_rows
 
 #: (name, the change to a calibrated cluster): each one term away from the calibration's own
 VARIANTS = {

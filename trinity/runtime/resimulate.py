@@ -36,9 +36,10 @@ from trinity.errors import TrinityError, run_main
 from trinity.fileio import read_json
 from trinity.graph import load_graph
 from trinity.placement import Strategy
-from trinity.runtime.calibrate import (ANCHOR_PLACER, FITTED_CORUN_SLOWDOWNS, FITTED_LATENCY_SCALES, LATENCY_SCALES,
+from trinity.runtime.calibrate import (FITTED_CORUN_SLOWDOWNS, FITTED_LATENCY_SCALES, LATENCY_SCALES,
                                       LINK_STREAMS, TransferFit, fit_transfer_model, times_scaled)
-from trinity.runtime.validate import Candidate, anchored_to_rounds, error_summary, refit_to_rounds
+from trinity.runtime.validate import (Candidate, anchor_row, anchored_to_rounds, error_summary, fit_set_rows,
+                                      refit_to_rounds)
 from trinity.sim import Simulator
 
 class FitRule(NamedTuple):
@@ -96,21 +97,6 @@ def _placement(part: Path, name: str, graph) -> np.ndarray:
     return Strategy.load(path).to_indices(graph, source=str(path))
 
 
-def _anchor_row(table: pd.DataFrame) -> pd.DataFrame:
-    """The part's measured row of the whole step on one worker its op times are anchored to (none in
-    parts older than the anchor)."""
-    if "source" not in table:
-        return table.iloc[:0]
-    return table[(table["source"] == ANCHOR_PLACER) & table["real_step_ms"].notna()]
-
-
-def fit_set_rows(table: pd.DataFrame) -> pd.Series:
-    """The rows a calibration fits to: the calibration set's measured strategies but the rounds' anchor
-    (in the calibration set, fitted to nothing)."""
-    return (table["calibration_set"].astype(bool) & table["real_step_ms"].notna()
-            & ~table.index.isin(_anchor_row(table).index))
-
-
 def _anchored_to_part(part: Path, anchor: pd.DataFrame, graph, cluster: Cluster) -> tuple:
     """(``graph`` anchored to the part's rounds, the scale) as `validate` anchors it (`anchored_to_rounds`)."""
     single = _placement(part, anchor["strategy"].iloc[0], graph)
@@ -126,7 +112,7 @@ def resimulate_part(part: Path, cluster: Cluster, round_anchor: bool = True) -> 
     in the calibration set, so both are judged on the same strategies)."""
     table = pd.read_csv(part / "results.csv")
     graph = load_graph(part / "calibration" / "graph.json.gz")
-    anchor = _anchor_row(table)
+    anchor = anchor_row(table)
     table["anchor_scale"] = float("nan")  # the file's, if any, is set again below where anchored
     if len(anchor):
         table.loc[anchor.index, "calibration_set"] = True
@@ -213,7 +199,7 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
         placements = [placed[n].placement for n in measured]
     elif measured_from == "validation":  # its rows of the calibration set (a searched model's lack round-robin)
         table = pd.read_csv(top / "results.csv")
-        anchor = _anchor_row(table)
+        anchor = anchor_row(table)
         fitted = fit_set_rows(table)
         if len(anchor):  # fitted on the op times its rows were simulated on: anchored to its rounds
             graph, _ = _anchored_to_part(top, anchor, graph, base)

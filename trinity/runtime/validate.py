@@ -162,11 +162,10 @@ def refit_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate
     InceptionV3 validations it was no consistent gain (README), so nothing calls it by default."""
     from trinity.sim import Simulator
 
-    measured = table.dropna(subset=["real_step_ms"]) if "real_step_ms" in table else table.iloc[:0]
-    fit_rows = measured[measured["source"].isin(FIT_PLACERS) & ~measured["strategy"].duplicated()]
+    fit_rows = table[fit_set_rows(table)] if "real_step_ms" in table else table.iloc[:0]
     if len(fit_rows) < REFIT_MIN_STRATEGIES:
         return table, cluster, None
-    scale = measured["anchor_scale"].dropna()
+    scale = table["anchor_scale"].dropna()
     graph = times_scaled(graph, float(scale.iloc[0])) if len(scale) else graph
     by_name = {c.name: c for c in candidates}
     fit = fit_transfer_model(graph, cluster, [by_name[n].placement for n in fit_rows["strategy"]],
@@ -281,6 +280,21 @@ def error_summary(table: pd.DataFrame) -> dict:
         "overridden_ops": int(measured["overridden"].sum()) if len(measured) else 0,
         "rank_correlation": _rank_correlation(measured),
     }
+
+
+def anchor_row(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's measured row of the whole step on one worker its op times are anchored to (none in
+    tables older than the anchor)."""
+    if "source" not in table:
+        return table.iloc[:0]
+    return table[(table["source"] == ANCHOR_PLACER) & table["real_step_ms"].notna()]
+
+
+def fit_set_rows(table: pd.DataFrame) -> pd.Series:
+    """The rows a calibration fits to: the calibration set's measured strategies but the rounds' anchor
+    (in the calibration set, fitted to nothing)."""
+    return (table["calibration_set"].astype(bool) & table["real_step_ms"].notna()
+            & ~table.index.isin(anchor_row(table).index))
 
 
 def held_out_split_rows(table: pd.DataFrame) -> pd.Series:

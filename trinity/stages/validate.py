@@ -217,9 +217,9 @@ def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, t
     v = cfg.validation
     table = validate(graph, graph_def, workers, cluster, chosen, out_dir=out, rounds=v.rounds, steps=v.steps,
                      warmup=v.warmup, timeout_s=v.timeout_s, progress=True, anchor_range=anchor_range_of(cfg))
-    before = error_summary(table)
-    refitted = None
-    if refit:
+    before, refitted = None, None
+    if refit:  # the held-out figures on the calibration's fit are kept beside the refit's
+        before = error_summary(table)
         table, cluster, refitted = refit_to_rounds(graph, cluster, chosen, table)
     table.insert(0, "batch", batch)
     table.insert(1, "run", run)
