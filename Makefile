@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-corun validation-rounds-refit families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-corun validation-rounds-refit validation-share-of-bytes families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -331,6 +331,15 @@ validation-rounds-refit: params  ## the transfer model refitted to the rounds or
 		$(REFIT_OUT)/own2/validate/inception_v3 $(CORUN_OUT)/own/validate/nmt_2layer_s12 \
 		--csv reports/validation_what_if_fresh.csv
 
+# The calibration's fit as it was (CPU shares of the whole transfer) against shares of the bytes alone, the
+# latency waited out on the wire, with and without a receiver's share, refitted to each run's calibration
+# (nothing held out fitted) on validation-rounds-refit's four fresh validations
+TODAY_RULE := mean-streams-control-lifo-latency-measured-arrivals-last-corun-fitted
+validation-share-of-bytes: params  ## CPU shares of a transfer's bytes against its whole time (~15 min)
+	test -f $(REFIT_OUT)/own2/validate/inception_v3/batch8/results.csv || $(MAKE) validation-rounds-refit
+	$(PY) -m trinity.runtime.resimulate $(CORUN_OUT)/own/validate/inception_v3 $(REFIT_OUT)/own/validate/inception_v3 \
+		$(REFIT_OUT)/own2/validate/inception_v3 $(CORUN_OUT)/own/validate/nmt_2layer_s12 --refit calibration \
+		--rules $(TODAY_RULE) $(TODAY_RULE)-bytes $(TODAY_RULE)-bytes-receive --csv reports/validation_share_of_bytes.csv
 VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin
 
 validate: $(STAMP)  ## simulator vs real runs on 2 local TF workers, InceptionV3 and NMT (~30 min)

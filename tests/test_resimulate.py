@@ -154,12 +154,16 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     lifo = "mean-streams-control-lifo-latency-measured"
     corun = today + "-corun-fitted"
     assert list(fits.index) == ["median-1stream", "mean-1stream", "median-streams", "mean-streams",
-                                "mean-streams-control", "mean-streams-control-lifo", lifo, today, corun]
+                                "mean-streams-control", "mean-streams-control-lifo", lifo, today, corun,
+                                corun + "-bytes", corun + "-bytes-receive"]
     chosen = fits.loc[today]
     assert (chosen["send_cpu_share"], chosen["latency_scale"], chosen["link_streams"], chosen["fit_error"]) == (
         0.0, 1.0, 4, 0.0)
     # the times were made with no co-running slowdown, the cluster's own: fitting one keeps it
     assert fits.loc[corun, ["link_streams", "corun_slowdown", "fit_error"]].tolist() == [4, 0.0, 0.0]
+    # no CPU share made them: shares of the bytes find the same, and no receiver's share
+    assert fits.loc[corun + "-bytes-receive", ["send_cpu_share", "receive_cpu_share", "link_streams", "fit_error"]
+                    ].tolist() == [0.0, 0.0, 4, 0.0]
     # the same stack with the arrivals on top does not fit exactly: the ready order is seen by the fit
     assert (fits.loc[["mean-streams-control-lifo", lifo], "fit_error"] > 0).all()
     assert figures.loc[today, "step_error_median"] == 0.0
@@ -175,7 +179,7 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
         refit(tmp_path, "elsewhere")
     main([str(tmp_path), "--refit", "calibration", "--csv", str(tmp_path / "rules.csv")])
     rules = pd.read_csv(tmp_path / "rules.csv")
-    assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 9
+    assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 11
     assert rules.set_index("rule").loc[today, "link_streams"] == 4
     # the validation's rounds ran every op 1.5x slower, its one-worker step among them: fitted on the op times
     # anchored to those rounds (as its rows are simulated), the same model is found again exactly

@@ -581,6 +581,19 @@ def test_fit_transfer_model_recovers_the_corun_slowdown_that_made_the_times():
     assert TransferFit(0.0, 1.0, 1, 0.0).apply(cluster).corun_slowdown == 0.03
 
 
+def test_fit_transfer_model_recovers_the_receive_share_of_the_bytes():
+    from trinity.runtime.calibrate import fit_transfer_model
+
+    # times made with 0.3 of each transfer's bytes on the sender's processor and 0.5 on the receiver's
+    g, cluster, placements, measured = fit_case(truth={"send_cpu_share": 0.3, "receive_cpu_share": 0.5},
+                                                latency_scale=1.0, cpu_share_of="bytes")
+    fit = fit_transfer_model(g, cluster, placements, measured, corun_slowdowns=None)
+    assert (fit.send_cpu_share, fit.receive_cpu_share, fit.error) == (pytest.approx(0.3), 0.5, 0.0)
+    assert fit.apply(cluster).receive_cpu_share == 0.5 and fit.apply(cluster).cpu_share_of == "bytes"
+    assert fit_transfer_model(g, cluster, placements, measured, corun_slowdowns=None,
+                              receive_shares=(0.0,)).error > 0  # without it the times are out of reach
+
+
 
 def test_refit_to_rounds_fits_the_fit_sets_rows_on_the_anchored_op_times_and_simulates_every_row_again():
     import dataclasses

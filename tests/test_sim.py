@@ -112,13 +112,82 @@ def test_send_cpu_share_takes_the_senders_processor_in_turn_with_ops():
         assert list(res.op_start) == [0.0, 14.0, 10.0]
 
 
-def test_send_cpu_share_must_be_a_fraction():
+@pytest.mark.parametrize("key", ["send_cpu_share", "receive_cpu_share"])
+def test_cpu_shares_must_be_fractions(key):
     from trinity.errors import ClusterError
 
-    doc = {"name": "x", "send_cpu_share": 1.5, "devices": [{"name": "d0", "memory_GB": 1}],
+    doc = {"name": "x", key: 1.5, "devices": [{"name": "d0", "memory_GB": 1}],
            "default_link": {"bandwidth_GBps": 1.0, "latency_us": 1.0}}
-    with pytest.raises(ClusterError, match="send_cpu_share"):
+    with pytest.raises(ClusterError, match=key):
         cluster_from_dict(doc)
+
+
+def test_receive_cpu_share_takes_the_receivers_processor_before_the_readers():
+    # a (10 us) on d0 sends 2000 B to b on d1 (4 us on the link); c (3 us) on d1 runs from the start.
+    # With half of the transfer on the receiver's processor it arrives at 14, d1 takes it up next
+    # [14, 16] (c ended at 3), then b [16, 21]. With d1 busy when it arrives (c of 15 us: [0, 15]),
+    # the receiver's share waits for c: [15, 17], b [17, 22]. The link record stays [10, 14].
+    def graph(c_us):
+        return OpGraph([Op("a", "A", 10.0, output_bytes=(2000,)), Op("b", "B", 5.0), Op("c", "C", c_us)],
+                       [Edge("a", "b", 0)])
+    cluster = _shared(2, receive_cpu_share=0.5)
+    for c_us, b_start in ((3.0, 16.0), (15.0, 17.0)):
+        for res in both(graph(c_us), cluster, [0, 1, 1]):
+            assert res.op_start[1] == b_start and res.step_time_us == b_start + 5.0
+            assert list(res.busy_us) == [10.0, 5.0 + c_us]  # ops only
+            assert list(res.transfers[0]) == [0, 0, 0, 1, 2000, 10.0, 14.0]
+    assert cluster_from_dict(cluster.to_dict()).receive_cpu_share == 0.5
+    assert "receive_cpu_share" not in make_cluster(2).to_dict()
+
+
+def test_receive_cpu_share_goes_before_the_ops_its_processor_readied():
+    # Ready order lifo-arrivals-last: b, readied by the arrival, goes after d1's own ops, but the
+    # receiver's share is taken next. a (10, 2000 B) on d0 -> b (1) on d1; on d1 e (12) releases f and g
+    # (2 each). At 12 g (the newest) runs [12, 14]; the tensor arrives at 14: its share [14, 16] before f
+    # [16, 18], then b [18, 19]. With a send share too (d0 [10, 12], wire [12, 14]) the wire started after g,
+    # so g's end is handled first and f starts at 14: the share [16, 18], b [18, 19].
+    g = OpGraph([Op("a", "A", 10.0, output_bytes=(2000,)), Op("b", "B", 1.0), Op("e", "E", 12.0),
+                 Op("f", "F", 2.0), Op("g", "G", 2.0)],
+                [Edge("a", "b", 0), Edge("e", "f", None), Edge("e", "g", None)])
+    order = {"ready_order": "lifo-arrivals-last"}
+    for terms, f_start in (({}, 16.0), ({"send_cpu_share": 0.5}, 14.0)):
+        for res in both(g, _shared(2, receive_cpu_share=0.5, **order, **terms), [0, 1, 1, 1, 1]):
+            assert list(res.op_start) == [0.0, 18.0, 0.0, f_start, 12.0]
+            assert list(res.transfers[0]) == [0, 0, 0, 1, 2000, 10.0, 14.0]
+
+
+def test_cpu_shares_of_the_bytes_leave_the_latency_on_the_wire():
+    # a (10 us, 2000 B) on d0 -> b (5) on d1, and a control edge to c (3) on d0 (empty tensor to d1 as well:
+    # none here). Link: 2 us latency + 2000 B / 1000 B/us = 2 us of bytes. Shares of the bytes, 0.5 each:
+    # the sender's processor [10, 11] (c waits for it), the wire carries latency + the rest [11, 14],
+    # the receiver's processor [14, 15], b [15, 20]. As shares of the whole transfer: [10, 12], [12, 14],
+    # [14, 16], b [16, 21].
+    g = OpGraph([Op("a", "A", 10.0, output_bytes=(2000,)), Op("b", "B", 5.0), Op("c", "C", 3.0)],
+                [Edge("a", "b", 0), Edge("a", "c", None)])
+    shares = {"send_cpu_share": 0.5, "receive_cpu_share": 0.5}
+    for of, c_start, b_start in (("bytes", 11.0, 15.0), ("transfer", 12.0, 16.0)):
+        cluster = _shared(2, cpu_share_of=of, **shares)
+        for res in both(g, cluster, [0, 1, 0]):
+            assert list(res.op_start) == [0.0, b_start, c_start]
+            assert list(res.transfers[0]) == [0, 0, 0, 1, 2000, 10.0, 14.0]
+        assert cluster_from_dict(cluster.to_dict()).cpu_share_of == of
+
+
+def test_an_empty_tensor_takes_no_processor_time_with_shares_of_the_bytes():
+    # A control edge a -> b across devices moves an empty tensor: 2 us of latency on the wire, no bytes, so
+    # with shares of the bytes neither processor spends anything on it; of the transfer, each spends 1 us.
+    g = OpGraph([Op("a", "A", 10.0), Op("b", "B", 5.0)], [Edge("a", "b", None)])
+    for of, b_start in (("bytes", 12.0), ("transfer", 13.0)):
+        cluster = _shared(2, cpu_share_of=of, control_transfers=True, send_cpu_share=0.5, receive_cpu_share=0.5)
+        for res in both(g, cluster, [0, 1]):
+            assert res.op_start[1] == b_start
+
+
+def test_cpu_share_of_must_be_known():
+    from trinity.errors import ClusterError
+
+    with pytest.raises(ClusterError, match="cpu_share_of.*must be one of transfer, bytes"):
+        _shared(2, cpu_share_of="latency")
 
 
 def _shared(n, **terms):
@@ -201,6 +270,12 @@ CLUSTERS.append(cluster_from_dict({"name": "cpu-workers", "send_cpu_share": 0.6,
 
 CLUSTERS.append(_shared(3, corun_slowdown=0.3, step_sync_us=1.5, send_cpu_share=0.4))
 CLUSTERS.append(_shared(2, corun_slowdown=0.7))
+CLUSTERS.append(_shared(3, receive_cpu_share=0.5, ready_order="lifo-arrivals-last"))
+CLUSTERS.append(_shared(2, send_cpu_share=0.3, receive_cpu_share=0.4, corun_slowdown=0.2, control_transfers=True,
+                        link_streams=2))
+CLUSTERS.append(_shared(3, send_cpu_share=0.5, receive_cpu_share=0.3, cpu_share_of="bytes", control_transfers=True,
+                        ready_order="lifo-arrivals-last", corun_slowdown=0.1))
+CLUSTERS.append(_shared(2, send_cpu_share=0.7, cpu_share_of="bytes", link_streams=3))
 
 
 @pytest.mark.parametrize("seed", range(150))
@@ -242,7 +317,8 @@ def test_fast_equals_reference_with_corun_past_the_heap_threshold():
     from trinity.graph.synthetic import layered_dag
 
     graph = layered_dag(300, 500, seed=3, colocated_fraction=0.0)
-    cluster = _shared(60, corun_slowdown=0.05, step_sync_us=1.0, send_cpu_share=0.3)
+    cluster = _shared(60, corun_slowdown=0.05, step_sync_us=1.0, send_cpu_share=0.3, receive_cpu_share=0.2,
+                      cpu_share_of="bytes")
     placement = np.random.default_rng(3).integers(0, 60, graph.n_ops)
     fast, ref = both(graph, cluster, placement)
     assert fast.step_time_us == ref.step_time_us > 0

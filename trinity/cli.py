@@ -326,7 +326,8 @@ def _calibration(args, g, gd, workers, reuse: bool = True):
         link, fit = report["link"], report["transfer_fit"]
         print(f"calibrated {workers.n} workers ({', '.join(workers.hosts)}): link latency {link['latency_us']:.0f} us, "
               f"bandwidth {link['bandwidth_GBps']:.2f} GB/s (R^2 {link['r2']:.3f}); fitted to {', '.join(fit['placers'])}: the sender's processor spends "
-              f"{fit['send_cpu_share']:.2f} of a transfer's time on it, latency x{fit['latency_scale']:g}, "
+              f"{fit['send_cpu_share']:.2f} of a transfer's bytes' time on it, the receiver's "
+              f"{fit.get('receive_cpu_share', 0.0):.2f}, latency x{fit['latency_scale']:g}, "
               f"{fit['link_streams']} transfer(s) at once per sender (mean error {fit['mean_error']:.3f}); both workers computing at once run {cluster.corun_slowdown:.1%} "
               f"slower (measured: {report['shared_machine']['corun_slowdown']:.1%}), a second worker adds {report['shared_machine']['step_sync_us']:.0f} us a step; one worker runs a step in "
               f"{report['worker_step_us_median'] / 1e3:.1f} ms (x{report['anchor']['scale']:.3f} when timed beside the "
@@ -380,7 +381,8 @@ def cmd_validate(args) -> None:
             if refitted is not None:
                 table.to_csv(out / "results.csv", index=False)
                 print(f"the transfer model refitted to the fit set's rows of these rounds: send CPU share "
-                      f"{refitted.send_cpu_share:.2f}, co-running slowdown {cluster.corun_slowdown:.3f}")
+                      f"{refitted.send_cpu_share:.2f}, receive {refitted.receive_cpu_share:.2f}, co-running slowdown "
+                      f"{cluster.corun_slowdown:.3f}")
     summary = error_summary(table)
     write_json(out / "summary.json", summary)
     tracker = None
@@ -390,7 +392,8 @@ def cmd_validate(args) -> None:
         tracker = MLflowTracker(args.experiment, run_name=f"{g.name}-{workers.n}workers", uri=args.mlflow_uri)
         tracker.log_params({"graph": g.name, "workers": workers.n, "hosts": ",".join(workers.hosts),
                             "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
-                            "send_cpu_share": cluster.send_cpu_share, "calibration": args.calibration})
+                            "send_cpu_share": cluster.send_cpu_share, "receive_cpu_share": cluster.receive_cpu_share,
+                            "calibration": args.calibration})
         tracker.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float)) and v == v}, step=0)
     cols = [c for c in ("strategy", "sim_step_ms", "real_step_ms", "real_spread", "step_error", "sim_comm_MB",
                         "real_crossed_MB", "comm_error", "sim_peak_memory_GB", "real_peak_memory_GB", "overridden",

@@ -20,7 +20,15 @@ to d takes ``latency_us[s, d] + b / bandwidth[s, d]`` microseconds.
 ``send_cpu_share`` (default 0) is for workers whose processors also move the
 data, as CPU workers over gRPC do: that fraction of each transfer's time
 occupies the sender's processor (in turn with its ops), the rest is on the
-link (see `trinity.sim`). `trinity calibrate` measures it.
+link (see `trinity.sim`). `trinity calibrate` measures it. ``receive_cpu_share``
+(default 0) is the receiver's side: that fraction of the transfer's time
+occupies the receiver's processor after the tensor arrives (taking the data
+off the wire), before its readers can run. ``cpu_share_of`` (default
+``transfer``) says what both shares are a share of: the transfer's whole
+time, or (``bytes``) only its bytes / bandwidth, the latency then waited out
+on the link alone, as a worker's thread spends its time copying and
+serialising bytes, not waiting for the network. Calibrated workers set
+``bytes``.
 
 Two more terms (default 0) are for workers that share one machine and one
 master, as local TensorFlow workers do; `trinity calibrate` measures both:
@@ -57,7 +65,7 @@ thread queues at the front and takes from there. Calibrated workers set it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
@@ -90,11 +98,13 @@ class Cluster:
     bandwidth: np.ndarray  # float64[D, D] bytes per microsecond; diagonal unused
     latency: np.ndarray  # float64[D, D] microseconds; diagonal unused
     send_cpu_share: float = 0.0  # fraction of a transfer's time the sender's processor spends on it
+    receive_cpu_share: float = 0.0  # fraction of its time the receiver's processor spends on a tensor that arrived
     corun_slowdown: float = 0.0  # c: with k processors busy each runs at 1 / (1 + c (k - 1)) of its speed
     step_sync_us: float = 0.0  # s: a step over m devices takes s (m - 1) longer
     link_streams: int = 1  # k: transfers each sender carries at once (1: one at a time, FIFO)
     control_transfers: bool = False  # a control edge between devices moves an empty tensor
     ready_order: str = "fifo"  # which runnable op a device takes next: the oldest, or the newest (READY_ORDERS)
+    cpu_share_of: str = "transfer"  # what the CPU shares are of: the whole transfer, or its bytes (CPU_SHARE_OF)
 
     @property
     def n_devices(self) -> int:
@@ -123,11 +133,8 @@ class Cluster:
     def subset(self, indices) -> "Cluster":
         """The cluster of these devices only (in this order), with their links."""
         idx = [int(i) for i in indices]
-        return Cluster(name=self.name, devices=tuple(self.devices[i] for i in idx),
-                       bandwidth=self.bandwidth[np.ix_(idx, idx)], latency=self.latency[np.ix_(idx, idx)],
-                       send_cpu_share=self.send_cpu_share, corun_slowdown=self.corun_slowdown,
-                       step_sync_us=self.step_sync_us, link_streams=self.link_streams,
-                       control_transfers=self.control_transfers, ready_order=self.ready_order)
+        return replace(self, devices=tuple(self.devices[i] for i in idx), bandwidth=self.bandwidth[np.ix_(idx, idx)],
+                       latency=self.latency[np.ix_(idx, idx)])  # every other term kept
 
     def interchangeable(self) -> np.ndarray:
         """int64[D]: devices with one label can swap places without changing any strategy's cost: the same
@@ -164,11 +171,13 @@ class Cluster:
         return {
             "name": self.name,
             **({"send_cpu_share": self.send_cpu_share} if self.send_cpu_share else {}),
+            **({"receive_cpu_share": self.receive_cpu_share} if self.receive_cpu_share else {}),
             **({"corun_slowdown": self.corun_slowdown} if self.corun_slowdown else {}),
             **({"step_sync_us": self.step_sync_us} if self.step_sync_us else {}),
             **({"link_streams": self.link_streams} if self.link_streams != 1 else {}),
             **({"control_transfers": True} if self.control_transfers else {}),
             **({"ready_order": self.ready_order} if self.ready_order != "fifo" else {}),
+            **({"cpu_share_of": self.cpu_share_of} if self.cpu_share_of != "transfer" else {}),
             "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
                          **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {}),
                          **({"node": d.node} if d.node else {})} for d in self.devices],
@@ -297,17 +306,22 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
         raise ClusterError(f"expected a mapping, got {type(doc).__name__}", source=source)
     devices = _devices(doc.get("devices"), source)
     bw, lat = _links(doc, [d.name for d in devices], source)
-    share = _number(doc, "send_cpu_share", "cluster", source, positive=False, default=0.0) \
-        if doc.get("send_cpu_share") is not None else 0.0
-    if share > 1:
-        raise ClusterError(f"must be between 0 and 1, got {share}", source=source, field="send_cpu_share")
+    share, receive_share = (_cpu_share(doc, key, source) for key in ("send_cpu_share", "receive_cpu_share"))
     corun, sync = (_number(doc, key, "cluster", source, positive=False, default=0.0)
                    if doc.get(key) is not None else 0.0 for key in ("corun_slowdown", "step_sync_us"))
     return Cluster(name=str(doc.get("name") or Path(source).stem), devices=tuple(devices), bandwidth=bw, latency=lat,
-                   send_cpu_share=share, corun_slowdown=corun, step_sync_us=sync,
+                   send_cpu_share=share, receive_cpu_share=receive_share, corun_slowdown=corun, step_sync_us=sync,
                    link_streams=_link_streams(1 if doc.get("link_streams") is None else doc["link_streams"], source),
                    control_transfers=_flag(doc, "control_transfers", source),
-                   ready_order=_ready_order(doc.get("ready_order", "fifo"), source))
+                   ready_order=_choice(doc, "ready_order", READY_ORDERS, source),
+                   cpu_share_of=_choice(doc, "cpu_share_of", CPU_SHARE_OF, source))
+
+
+def _cpu_share(doc: Mapping, key: str, source: str) -> float:
+    share = _number(doc, key, "cluster", source, positive=False, default=0.0) if doc.get(key) is not None else 0.0
+    if share > 1:
+        raise ClusterError(f"must be between 0 and 1, got {share}", source=source, field=key)
+    return share
 
 
 #: More streams than this per sender is a corrupt file, not a measurement (the simulator keeps a slot each).
@@ -326,10 +340,16 @@ def _link_streams(v: Any, source: str) -> int:
 READY_ORDERS = ("fifo", "lifo", "lifo-arrivals-last")
 
 
-def _ready_order(v: Any, source: str) -> str:
-    if v not in READY_ORDERS:
-        raise ClusterError(f"must be one of {', '.join(READY_ORDERS)}, got {short_repr(v)}", source=source,
-                           field="ready_order")
+#: What a CPU share is a share of: the transfer's whole time (latency + bytes / bandwidth), or its bytes'
+#: (bytes / bandwidth; the latency is waited out on the wire, not on a processor).
+CPU_SHARE_OF = ("transfer", "bytes")
+
+
+def _choice(doc: Mapping, key: str, choices: tuple[str, ...], source: str) -> str:
+    """A term of the cluster file that names one of ``choices``, the first when absent."""
+    v = doc.get(key, choices[0])
+    if v not in choices:
+        raise ClusterError(f"must be one of {', '.join(choices)}, got {short_repr(v)}", source=source, field=key)
     return str(v)
 
 

@@ -13,9 +13,11 @@ they add up to the untraced step), and ops the trace never shows (pruned or
 folded away) cost 0 and send nothing.
 
 On CPU workers gRPC's copies and serialisation run on the same cores as the
-ops, so part of a transfer's time is taken from the sender's processor (the
-cluster's ``send_cpu_share``), and a sender carries several transfers at
-once. `calibrate` fits the share and those transfers (the cluster's
+ops, so part of a transfer's bytes' time is taken from the sender's
+processor (the cluster's ``send_cpu_share``) and part from the receiver's
+(``receive_cpu_share``), the latency waited out on the wire alone
+(``cpu_share_of: bytes``), and a sender carries several transfers at once.
+`calibrate` fits both shares and those transfers (the cluster's
 ``link_streams``), with the latency as the lone round trip measured it
 (`LATENCY_SCALES`: a fitted scale stood in for the share), to the real
 step times of a few placers' strategies (`fit_transfer_model`), leaving
@@ -308,6 +310,10 @@ FITTED_CORUN_SLOWDOWNS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
 #: 8); NMT's kept the measured one (README, `make validation-corun`). None: the measured one alone, as before.
 CORUN_SLOWDOWNS = FITTED_CORUN_SLOWDOWNS
 
+#: the receiver's CPU share of a transfer's bytes (`trinity.cluster`), fitted with the rest: what taking a
+#: tensor off the wire costs the receiving worker's one thread
+RECEIVE_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
+
 #: how `fit_transfer_model` sums up the fit set's |relative errors|
 OBJECTIVES = {"mean": np.mean, "median": np.median}
 
@@ -321,21 +327,23 @@ class TransferFit:
     link_streams: int
     error: float  # the objective at the chosen point
     corun_slowdown: float | None = None  # None: the cluster's own (measured) was kept
+    receive_cpu_share: float = 0.0
 
     def apply(self, cluster: Cluster) -> Cluster:
         """``cluster`` (its latency the lone round trip's) with this fit's terms."""
         corun = cluster.corun_slowdown if self.corun_slowdown is None else self.corun_slowdown
         return replace(cluster, send_cpu_share=self.send_cpu_share, latency=cluster.latency * self.latency_scale,
-                       link_streams=self.link_streams, corun_slowdown=corun)
+                       link_streams=self.link_streams, corun_slowdown=corun, receive_cpu_share=self.receive_cpu_share)
 
 
 def fit_transfer_model(graph: OpGraph, cluster: Cluster, placements: list[np.ndarray], measured_us: list[float],
                        shares=np.linspace(0.0, 1.0, 11), latency_scales=LATENCY_SCALES,
                        link_streams=LINK_STREAMS, objective: str = "mean",
-                       corun_slowdowns=CORUN_SLOWDOWNS) -> TransferFit:
-    """The grid point (send CPU share, latency scale, link streams, co-running slowdown) whose simulated
-    step times are closest to ``measured_us``: the smallest mean |relative error| (ties: the smaller
-    share, then the smaller scale, then fewer streams, then the measured slowdown, then the smaller).
+                       corun_slowdowns=CORUN_SLOWDOWNS, receive_shares=RECEIVE_SHARES) -> TransferFit:
+    """The grid point (send CPU share, latency scale, link streams, co-running slowdown, receive CPU share)
+    whose simulated step times are closest to ``measured_us``: the smallest mean |relative error| (ties:
+    the smaller share, then the smaller scale, then fewer streams, then the measured slowdown, then the
+    smaller, then the smaller receive share).
     The mean, not the median (``objective="median"``, the rule before streams): with five placers a
     median lets two of them stay 2x off (NMT's expert and m-TOPO did). ``corun_slowdowns``: values
     tried besides the cluster's own (None: the cluster's alone).
@@ -355,13 +363,14 @@ def fit_transfer_model(graph: OpGraph, cluster: Cluster, placements: list[np.nda
         for scale in latency_scales:
             for streams in link_streams:
                 for rank, corun in enumerate(coruns):
-                    fit = TransferFit(float(share), float(scale), int(streams), 0.0, corun)
-                    sim = Simulator(graph, fit.apply(cluster))
-                    errors = [abs(sim.simulate(p).step_time_us - m) / m for p, m in zip(placements, measured_us)]
-                    best = min(best, (float(OBJECTIVES[objective](errors)), float(share), float(scale), int(streams),
-                                      rank))
+                    for receive in receive_shares:
+                        fit = TransferFit(float(share), float(scale), int(streams), 0.0, corun, float(receive))
+                        sim = Simulator(graph, fit.apply(cluster))
+                        errors = [abs(sim.simulate(p).step_time_us - m) / m for p, m in zip(placements, measured_us)]
+                        best = min(best, (float(OBJECTIVES[objective](errors)), float(share), float(scale),
+                                          int(streams), rank, float(receive)))
     return TransferFit(send_cpu_share=best[1], latency_scale=best[2], link_streams=best[3], error=best[0],
-                       corun_slowdown=coruns[best[4]])
+                       corun_slowdown=coruns[best[4]], receive_cpu_share=best[5])
 
 
 def profile_on_worker(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int = 10, warmup: int = 3,
@@ -401,6 +410,8 @@ def worker_cluster_yaml(workers: Workers, link: LinkFit, memory_bytes: int, fit:
     return {
         "name": name,
         "send_cpu_share": round(fit.send_cpu_share, 3),
+        **({"receive_cpu_share": round(fit.receive_cpu_share, 3)} if fit.receive_cpu_share else {}),
+        "cpu_share_of": "bytes",  # a worker's thread copies and serialises bytes; the latency is the network's
         **({"link_streams": fit.link_streams} if fit.link_streams != 1 else {}),
         "control_transfers": True,  # TensorFlow sends a control edge between workers as an empty tensor
         # a worker's one inter-op thread takes the newest op it readied first, a received tensor's readers last
@@ -501,6 +512,7 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
     report = {"link": link.to_dict(), "shared_machine": shared,
               "load": {"before": load_before, "after": machine_load()},
               "transfer_fit": {"send_cpu_share": fit.send_cpu_share, "latency_scale": fit.latency_scale,
+                               "receive_cpu_share": fit.receive_cpu_share,
                                "link_streams": fit.link_streams, "mean_error": fit.error,
                                "corun_slowdown": fit.corun_slowdown,  # None: the measured one kept
                                "placers": list(fit_set), "rounds": fit_rounds, "steps": fit_steps,

@@ -37,7 +37,7 @@ from trinity.fileio import read_json
 from trinity.graph import load_graph
 from trinity.placement import Strategy
 from trinity.runtime.calibrate import (FITTED_CORUN_SLOWDOWNS, FITTED_LATENCY_SCALES, LATENCY_SCALES,
-                                      LINK_STREAMS, TransferFit, fit_transfer_model, times_scaled)
+                                      LINK_STREAMS, RECEIVE_SHARES, TransferFit, fit_transfer_model, times_scaled)
 from trinity.runtime.validate import (Candidate, anchor_row, anchored_to_rounds, error_summary, fit_set_rows,
                                       refit_to_rounds)
 from trinity.sim import Simulator
@@ -54,6 +54,8 @@ class FitRule(NamedTuple):
     ready_order: str = "fifo"
     latency_scales: tuple[float, ...] = FITTED_LATENCY_SCALES
     corun_slowdowns: tuple[float, ...] | None = None  # tried besides the measured one (None: it alone)
+    receive_shares: tuple[float, ...] = (0.0,)  # the receiver's CPU share, of what `cpu_share_of` says
+    cpu_share_of: str = "transfer"  # the shares' part of a transfer: all its time, or its bytes' (`trinity.cluster`)
 
 
 #: Oldest first; the last is today's calibration (`trinity.runtime.calibrate`), each adds one change.
@@ -65,7 +67,12 @@ FIT_RULES = (FitRule("median-1stream", "median", (1,)), FitRule("mean-1stream", 
              FitRule("mean-streams-control-lifo-latency-measured-arrivals-last", "mean", LINK_STREAMS, True,
                      "lifo-arrivals-last", LATENCY_SCALES),
              FitRule("mean-streams-control-lifo-latency-measured-arrivals-last-corun-fitted", "mean", LINK_STREAMS,
-                     True, "lifo-arrivals-last", LATENCY_SCALES, FITTED_CORUN_SLOWDOWNS))
+                     True, "lifo-arrivals-last", LATENCY_SCALES, FITTED_CORUN_SLOWDOWNS),
+             FitRule("mean-streams-control-lifo-latency-measured-arrivals-last-corun-fitted-bytes", "mean",
+                     LINK_STREAMS, True, "lifo-arrivals-last", LATENCY_SCALES, FITTED_CORUN_SLOWDOWNS, (0.0,), "bytes"),
+             FitRule("mean-streams-control-lifo-latency-measured-arrivals-last-corun-fitted-bytes-receive", "mean",
+                     LINK_STREAMS, True, "lifo-arrivals-last", LATENCY_SCALES, FITTED_CORUN_SLOWDOWNS, RECEIVE_SHARES,
+                     "bytes"))
 
 
 def parts(folder) -> list[tuple[int, int | None, Path, Path]]:
@@ -187,8 +194,9 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
     np.fill_diagonal(latency, 0.0)
     shared = report.get("shared_machine") or {}  # rounded as the cluster file records it
     measured_corun = round(shared["corun_slowdown"], 4) if "corun_slowdown" in shared else cluster.corun_slowdown
-    base = replace(cluster, latency=latency, send_cpu_share=0.0, link_streams=1, corun_slowdown=measured_corun,
-                   control_transfers=rule.control_transfers, ready_order=rule.ready_order)
+    base = replace(cluster, latency=latency, send_cpu_share=0.0, receive_cpu_share=0.0, link_streams=1,
+                   corun_slowdown=measured_corun, control_transfers=rule.control_transfers,
+                   ready_order=rule.ready_order, cpu_share_of=rule.cpu_share_of)
     graph = load_graph(calibration / "graph.json.gz")
     if measured_from == "calibration":
         measured = report["transfer_fit"]["measured_step_us"]
@@ -210,33 +218,34 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
         raise TrinityError(f"must be calibration or validation, got {measured_from!r}", field="measured_from")
     fit = fit_transfer_model(graph, base, placements, list(measured.values()), link_streams=rule.link_streams,
                              latency_scales=rule.latency_scales, objective=rule.objective,
-                             corun_slowdowns=rule.corun_slowdowns)
+                             corun_slowdowns=rule.corun_slowdowns, receive_shares=rule.receive_shares)
     fit = replace(fit, corun_slowdown=fit.apply(base).corun_slowdown)  # the measured one, where it was kept
     return fit, fit.apply(base)
 
 
-def refitted_parts(folder, measured_from: str = "calibration"):
-    """Each run's transfer model fitted again under each rule of `FIT_RULES` (`refit_run`), and every part of
+def refitted_parts(folder, measured_from: str = "calibration", rules=FIT_RULES):
+    """Each run's transfer model fitted again under each rule of ``rules`` (`refit_run`), and every part of
     the run simulated on it: (run, batch, rule, fit, the part's table as `resimulate_part` gives it)."""
     by_run: dict[int, list] = {}
     for run, batch, part, _ in parts(folder):
         by_run.setdefault(run, []).append((batch, part))
     for run, run_parts in by_run.items():
         top = run_parts[0][1]
-        for rule in FIT_RULES:
+        for rule in rules:
             fit, cluster = refit_run(top, rule, measured_from)
             for batch, part in run_parts:
                 table = resimulate_part(part, cluster)
                 yield run, _batch(part, table) if batch is None else batch, rule, fit, table
 
 
-def refit(folder, measured_from: str = "calibration") -> tuple[pd.DataFrame, pd.DataFrame]:
+def refit(folder, measured_from: str = "calibration", rules=FIT_RULES) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per run and rule: the fit chosen; one row per run, batch and rule: the held-out figures)."""
     fits, rows = {}, []
-    for run, batch, rule, fit, table in refitted_parts(folder, measured_from):
+    for run, batch, rule, fit, table in refitted_parts(folder, measured_from, rules):
         fits[run, rule.label] = {"run": run, "rule": rule.label, "send_cpu_share": fit.send_cpu_share,
                                  "latency_scale": fit.latency_scale, "link_streams": fit.link_streams,
-                                 "corun_slowdown": fit.corun_slowdown, "fit_error": fit.error}
+                                 "corun_slowdown": fit.corun_slowdown, "receive_cpu_share": fit.receive_cpu_share,
+                                 "fit_error": fit.error}
         summary = error_summary(table)
         rows.append({"run": run, "batch": batch, "rule": rule.label,
                      **{key.removeprefix("held_out_split_"): summary[key] for key in FIGURES}})
@@ -251,6 +260,8 @@ def main(argv=None) -> None:
     p.add_argument("--refit", choices=("calibration", "validation"), default=None,
                    help="fit the transfer model again under each rule (objective, streams tried) to the fit placers' "
                         "step times as the calibration measured them, or as the validation did, and compare")
+    p.add_argument("--rules", nargs="+", default=None, metavar="LABEL", choices=[r.label for r in FIT_RULES],
+                   help="with --refit: these rules of FIT_RULES only (default: all)")
     p.add_argument("--unanchored", action="store_true",
                    help="also simulate on the calibrated op times as they are, not anchored to each part's rounds")
     p.add_argument("--rounds-refit", action="store_true",
@@ -269,7 +280,8 @@ def main(argv=None) -> None:
         if not args.refit:
             tables.append(compared.assign(model=Path(folder).name))
         else:
-            fits, figures = refit(folder, args.refit)
+            rules = [r for r in FIT_RULES if args.rules is None or r.label in args.rules]
+            fits, figures = refit(folder, args.refit, rules)
             print(fits.to_string(**fmt))
             print(figures.to_string(**fmt))
             tables.append(figures.merge(fits, on=["run", "rule"]).assign(model=Path(folder).name,

@@ -21,7 +21,13 @@ and `fast.py` the compiled one the search uses):
   move the data), a tensor is first queued on the sender's run queue like an
   op and occupies its processor for f of that time, then spends the rest
   (1 - f) on the sender's outgoing FIFO; the transfer starts (and the
-  receiver's copy is allocated) when the processor takes it up.
+  receiver's copy is allocated) when the processor takes it up. With a
+  ``receive_cpu_share`` g > 0, an arrived tensor next occupies the
+  receiver's processor for g of that time (taken before any other ready
+  work there) and only then counts as arrived for its readers. With
+  ``cpu_share_of: bytes`` both shares are of the bytes' time b / bandwidth
+  alone: the latency is spent on the outgoing FIFO's side (the wire), and
+  an empty tensor takes no processor time.
 * Control edges between devices (a cluster's ``control_transfers``): each
   producer of control edges sends an empty tensor once to each device its
   control edges reach, queued with its outputs' transfers in the order of

@@ -70,8 +70,10 @@ class Simulator:
             a.out_ptr, a.dst[a.out_edges], out_tensor, by_tensor,
             a.in_ptr, a.src[a.in_edges], edge_tensor[a.in_edges], out_position[a.in_edges],
             np.ascontiguousarray(cluster.bandwidth), np.ascontiguousarray(cluster.latency),
-            float(cluster.send_cpu_share), float(cluster.corun_slowdown), float(cluster.step_sync_us),
-            int(cluster.link_streams), cluster.ready_order != "fifo", cluster.ready_order == "lifo-arrivals-last",
+            float(cluster.send_cpu_share), float(cluster.receive_cpu_share), float(cluster.corun_slowdown),
+            float(cluster.step_sync_us),
+            int(cluster.link_streams), cluster.cpu_share_of == "bytes", cluster.ready_order != "fifo",
+            cluster.ready_order == "lifo-arrivals-last",
         )
         self._memory = cluster.memory.astype(np.float64)
 
@@ -146,10 +148,31 @@ def _sort_members(members):
         members[j + 1] = x
 
 
+@numba.njit(cache=True, inline="always")
+def _cpu_part(latency, bytes_time, share_of_bytes):
+    """The part of a transfer a CPU share is a share of: its whole time, or its bytes' alone."""
+    return bytes_time if share_of_bytes else latency + bytes_time
+
+
+@numba.njit(cache=True, inline="always")
+def _ready_readers(x, x_copy, copy_next, out_dst, waiting, compute_flag, compute, ready_head, ready_tail, ready_next,
+                   dev, at_front):
+    """Transfer ``x``'s copy is on its device: its readers there, in edge order, have one input fewer to
+    wait for (readied from outside the device: with `arrivals_last` taken last, so ``at_front`` false)."""
+    k = x_copy[x]
+    while k >= 0:
+        v = out_dst[k]
+        waiting[v] -= 1
+        if waiting[v] == 0:
+            _mark(compute_flag, compute, dev[v])
+            _make_ready(ready_head, ready_tail, ready_next, dev[v], v, at_front)
+        k = copy_next[k]
+
+
 @numba.njit(cache=True, error_model="numpy", nogil=True)  # nogil: a batch simulates on several threads
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
               temporary, indegree, out_ptr, out_dst, out_tensor, by_tensor, in_ptr, in_src, in_tensor, in_position, bandwidth,
-              latency, cpu_share, corun, sync_us, streams, lifo, arrivals_last):
+              latency, cpu_share, receive_share, corun, sync_us, streams, share_of_bytes, lifo, arrivals_last):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
@@ -195,13 +218,14 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     start = np.zeros(n)
     end = np.zeros(n)
 
-    # Per-device linked lists: ready work (op v, or n + x: the sender's CPU share of transfer x),
+    # Per-device linked lists: ready work (op v, n + x: the sender's CPU share of transfer x, or
+    # n + x_cap + x: the receiver's),
     # FIFO or (`lifo`) a stack whose far end (`arrivals_last`) takes the ops readied by an arriving
     # tensor, and transfers waiting for the sender, FIFO.
     x_cap = n_edges + 1
     ready_head = np.full(n_dev, -1, np.int64)
     ready_tail = np.full(n_dev, -1, np.int64)
-    ready_next = np.full(n + x_cap, -1, np.int64)
+    ready_next = np.full(n + 2 * x_cap, -1, np.int64)
     x_copy = np.empty(x_cap, np.int64)
     x_tensor = np.empty(x_cap, np.int64)
     x_src = np.empty(x_cap, np.int64)
@@ -266,14 +290,21 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 ready_head[d] = ready_next[v]
                 if ready_head[d] < 0:
                     ready_tail[d] = -1
-                if v >= n:  # the CPU share of a transfer: the receiver's copy starts now
+                if v >= n + x_cap:  # the receiver's CPU share of a transfer
+                    x = v - n - x_cap
+                    ds = x_src[x]
+                    slot_item[d] = v
+                    left[d] = receive_share * _cpu_part(latency[ds, d], tensor_bytes[x_tensor[x]] / bandwidth[ds, d],
+                                                        share_of_bytes)
+                elif v >= n:  # the CPU share of a transfer: the receiver's copy starts now
                     x = v - n
                     nbytes = tensor_bytes[x_tensor[x]]
                     x_start[x] = now
                     live[x_dst[x]] += nbytes
                     _mark(grown_flag, grown, x_dst[x])
                     slot_item[d] = v
-                    left[d] = cpu_share * (latency[d, x_dst[x]] + nbytes / bandwidth[d, x_dst[x]])
+                    left[d] = cpu_share * _cpu_part(latency[d, x_dst[x]], nbytes / bandwidth[d, x_dst[x]],
+                                                    share_of_bytes)
                 else:
                     start[v] = now
                     busy[d] += duration[v]
@@ -301,7 +332,10 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                         out_tail[d] = -1
                     nbytes = tensor_bytes[x_tensor[x]]
                     dx = x_dst[x]
-                    x_end[x] = now + (1.0 - cpu_share) * (latency[d, dx] + nbytes / bandwidth[d, dx])
+                    if share_of_bytes:  # the latency is on the wire alone
+                        x_end[x] = now + (latency[d, dx] + (1.0 - cpu_share) * (nbytes / bandwidth[d, dx]))
+                    else:
+                        x_end[x] = now + (1.0 - cpu_share) * (latency[d, dx] + nbytes / bandwidth[d, dx])
                     if cpu_share == 0.0:
                         x_start[x] = now
                         live[x_dst[x]] += nbytes
@@ -364,7 +398,11 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
         if best < n_dev:
             n_busy -= 1
 
-        if best < n_dev and item >= n:  # the CPU share of transfer `item - n` is done: to the wire
+        if best < n_dev and item >= n + x_cap:  # the receiver's share is done: the copy's readers may run
+            _mark(compute_flag, compute, best)
+            _ready_readers(item - n - x_cap, x_copy, copy_next, out_dst, waiting, compute_flag, compute,
+                           ready_head, ready_tail, ready_next, dev, lifo and not arrivals_last)
+        elif best < n_dev and item >= n:  # the CPU share of transfer `item - n` is done: to the wire
             _mark(compute_flag, compute, best)
             _append(out_head, out_tail, x_next, best, item - n)
             _mark(send_flag, send, best)
@@ -423,14 +461,13 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
             local_refs[t] -= 1
             if local_refs[t] == 0:
                 live[ds] -= local_bytes[t]
-            k = x_copy[x]
-            while k >= 0:  # the copy's readers, in edge order
-                v = out_dst[k]
-                waiting[v] -= 1
-                if waiting[v] == 0:  # readied from outside the device: with `arrivals_last`, taken last
-                    _mark(compute_flag, compute, dd)
-                    _make_ready(ready_head, ready_tail, ready_next, dd, v, lifo and not arrivals_last)
-                k = copy_next[k]
+            if receive_share * _cpu_part(latency[ds, dd], tensor_bytes[t] / bandwidth[ds, dd], share_of_bytes) > 0.0:
+                # the receiver's processor takes it up next (an empty tensor's bytes take it no time)
+                _make_ready(ready_head, ready_tail, ready_next, dd, n + x_cap + x, True)
+                _mark(compute_flag, compute, dd)
+            else:
+                _ready_readers(x, x_copy, copy_next, out_dst, waiting, compute_flag, compute,
+                               ready_head, ready_tail, ready_next, dev, lifo and not arrivals_last)
     for d in range(n_dev):
         if live[d] > peak[d]:
             peak[d] = live[d]

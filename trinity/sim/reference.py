@@ -81,7 +81,13 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
             else:
                 ready[dev[v]].append(v)
 
-    share = cluster.send_cpu_share
+    share, receive_share = cluster.send_cpu_share, cluster.receive_cpu_share
+
+    def cpu_part(src, dst, nbytes):
+        """What a CPU share of a transfer is a share of: its whole time, or its bytes' alone."""
+        if cluster.cpu_share_of == "bytes":
+            return nbytes / cluster.bandwidth[src, dst]
+        return cluster.transfer_us(src, dst, nbytes)
 
     def dispatch():
         nonlocal stretch
@@ -89,9 +95,13 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
             if not computing[d] and ready[d]:
                 v = ready[d].pop() if lifo else ready[d].popleft()
                 computing[d] = True
+                if isinstance(v, tuple):  # the receiver's CPU share of transfer v[1]
+                    x = v[1]
+                    run_on(d, receive_share * cpu_part(x["src"], d, x["bytes"]), "received", x)
+                    continue
                 if isinstance(v, dict):  # the sender's CPU share of transfer v
                     v["start"] = now
-                    run_on(d, share * cluster.transfer_us(d, v["dst"], v["bytes"]), "serialised", v)
+                    run_on(d, share * cpu_part(d, v["dst"], v["bytes"]), "serialised", v)
                     continue
                 start[v] = now
                 run_on(d, duration[v], "op", v)
@@ -101,7 +111,11 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
                 sending[d] += 1
                 if share == 0:
                     x["start"] = now
-                x["end"] = now + (1 - share) * cluster.transfer_us(d, x["dst"], x["bytes"])
+                if cluster.cpu_share_of == "bytes":  # the latency is on the wire alone
+                    wire = cluster.latency[d, x["dst"]] + (1 - share) * (x["bytes"] / cluster.bandwidth[d, x["dst"]])
+                else:
+                    wire = (1 - share) * cluster.transfer_us(d, x["dst"], x["bytes"])
+                x["end"] = now + wire
                 push(x["end"], "transfer", x)
         new_stretch = 1.0 + corun * (max(len(running), 1) - 1)
         if corun > 0 and new_stretch != stretch:  # every running item's completion moves
@@ -116,7 +130,7 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
     dispatch()
     while events:
         t, _, ver, kind, payload = heapq.heappop(events)
-        d = dev[payload] if kind == "op" else payload["src"]
+        d = dev[payload] if kind == "op" else payload["dst"] if kind == "received" else payload["src"]
         if kind != "transfer" and ver != version[d]:
             continue  # a completion that moved
         if corun > 0:
@@ -142,9 +156,16 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
         elif kind == "serialised":
             computing[payload["src"]] = False
             outbox[payload["src"]].append(payload)
+        elif kind == "transfer" and receive_share * cpu_part(payload["src"], payload["dst"], payload["bytes"]) > 0:
+            # the receiver's processor takes it up next (an empty tensor's bytes take it no time)
+            sending[payload["src"]] -= 1
+            getattr(ready[payload["dst"]], "append" if lifo else "appendleft")(("received", payload))
         else:
             x = payload
-            sending[x["src"]] -= 1
+            if kind == "transfer":
+                sending[x["src"]] -= 1
+            else:
+                computing[x["dst"]] = False
             for v, k in out_edges[x["producer"]]:
                 if k == x["output"] and dev[v] == x["dst"]:
                     one_input_arrived(v, from_another_device=True)

@@ -166,6 +166,7 @@ def _one_run(cfg, job, graph, graph_def, batches, out, r: int, own, tracker) -> 
             tracker.log_metrics({f"calibration/run{r}/latency_us": report["link"]["latency_us"],
                                  f"calibration/run{r}/bandwidth_GBps": report["link"]["bandwidth_GBps"],
                                  f"calibration/run{r}/send_cpu_share": fit["send_cpu_share"],
+                                 f"calibration/run{r}/receive_cpu_share": cluster.receive_cpu_share,
                                  f"calibration/run{r}/latency_scale": fit["latency_scale"],
                                  f"calibration/run{r}/link_streams": fit["link_streams"],
                                  f"calibration/run{r}/corun_slowdown": cluster.corun_slowdown,  # fitted
@@ -226,8 +227,10 @@ def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, t
     table.to_csv(out / "results.csv", index=False)
     summary = {"batch": batch, "run": run, **error_summary(table)}
     if refitted is not None:  # the terms the rounds gave, and the held-out figures on the calibration's own
-        summary["transfer_refit"] = {"send_cpu_share": refitted.send_cpu_share, "link_streams": refitted.link_streams,
-                                     "corun_slowdown": cluster.corun_slowdown, "mean_error": refitted.error}
+        summary["transfer_refit"] = {"send_cpu_share": refitted.send_cpu_share,
+                                     "receive_cpu_share": refitted.receive_cpu_share,
+                                     "link_streams": refitted.link_streams, "corun_slowdown": cluster.corun_slowdown,
+                                     "mean_error": refitted.error}
         summary.update({f"calibration_fit_{k}": before[k] for k in ("held_out_split_step_error_median",
                                                                      "held_out_split_rank_correlation")})
     write_json(out / "summary.json", summary)
