@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-corun validation-rounds-refit validation-share-of-bytes families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -335,11 +335,23 @@ validation-rounds-refit: params  ## the transfer model refitted to the rounds or
 # latency waited out on the wire, with and without a receiver's share, refitted to each run's calibration
 # (nothing held out fitted) on validation-rounds-refit's four fresh validations
 TODAY_RULE := mean-streams-control-lifo-latency-measured-arrivals-last-corun-fitted
-validation-share-of-bytes: params  ## CPU shares of a transfer's bytes against its whole time (~15 min)
+validation-share-of-bytes: params  ## CPU shares of a transfer's bytes against its whole time (~7 min)
 	test -f $(REFIT_OUT)/own2/validate/inception_v3/batch8/results.csv || $(MAKE) validation-rounds-refit
 	$(PY) -m trinity.runtime.resimulate $(CORUN_OUT)/own/validate/inception_v3 $(REFIT_OUT)/own/validate/inception_v3 \
 		$(REFIT_OUT)/own2/validate/inception_v3 $(CORUN_OUT)/own/validate/nmt_2layer_s12 --refit calibration \
 		--rules $(TODAY_RULE) $(TODAY_RULE)-bytes $(TODAY_RULE)-bytes-receive --csv reports/validation_share_of_bytes.csv
+# The same three rules on fresh validations through today's calibration (the shares of the bytes and the receiver's
+# share fitted), none of whose measurements chose the model: InceptionV3 with its own strategies (one run, batches
+# 64 and 8, ~35 min) and NMT (two runs, batches 16 and 8, ~45 min); quiet machine
+BYTES_OUT := out/validate_bytes
+validation-share-of-bytes-fresh: params  ## the same on fresh validations through today's calibration (~80 min)
+	test -f $(BYTES_OUT)/validate/inception_v3/batch8/results.csv || $(PY) pipeline/validate.py $(CORUN_HYDRA) \
+		job.model=inception_v3 'run.models=[layered12]' validation.runs=1 paths.results=$(BYTES_OUT) || exit 1
+	test -f $(BYTES_OUT)/validate/nmt_2layer_s12/run2/batch8/results.csv || $(PY) pipeline/validate.py \
+		$(CORUN_HYDRA) job.model=nmt_2layer_s12 paths.results=$(BYTES_OUT) || exit 1
+	$(PY) -m trinity.runtime.resimulate $(BYTES_OUT)/validate/inception_v3 $(BYTES_OUT)/validate/nmt_2layer_s12 \
+		--refit calibration --rules $(TODAY_RULE) $(TODAY_RULE)-bytes $(TODAY_RULE)-bytes-receive \
+		--csv reports/validation_share_of_bytes_fresh.csv
 VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin
 
 validate: $(STAMP)  ## simulator vs real runs on 2 local TF workers, InceptionV3 and NMT (~30 min)

@@ -180,6 +180,7 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     main([str(tmp_path), "--refit", "calibration", "--csv", str(tmp_path / "rules.csv")])
     rules = pd.read_csv(tmp_path / "rules.csv")
     assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 11
+    assert (rules["folder"] == str(tmp_path)).all()  # which validation, where several share a model's name
     assert rules.set_index("rule").loc[today, "link_streams"] == 4
     # the validation's rounds ran every op 1.5x slower, its one-worker step among them: fitted on the op times
     # anchored to those rounds (as its rows are simulated), the same model is found again exactly

@@ -278,14 +278,14 @@ def main(argv=None) -> None:
         compared = compare(folder, args.link_streams, args.unanchored, args.rounds_refit)
         print(compared.to_string(**fmt))
         if not args.refit:
-            tables.append(compared.assign(model=Path(folder).name))
+            tables.append(compared.assign(model=Path(folder).name, folder=str(folder)))
         else:
             rules = [r for r in FIT_RULES if args.rules is None or r.label in args.rules]
             fits, figures = refit(folder, args.refit, rules)
             print(fits.to_string(**fmt))
             print(figures.to_string(**fmt))
             tables.append(figures.merge(fits, on=["run", "rule"]).assign(model=Path(folder).name,
-                                                                         measured_from=args.refit))
+                                                                         measured_from=args.refit, folder=str(folder)))
     if args.csv:
         table = pd.concat(tables, ignore_index=True)
         first = ["model", "measured_from", "run", "batch", "rule"] if args.refit else ["model", "run", "batch"]
