@@ -340,11 +340,12 @@ validation-share-of-bytes: params  ## CPU shares of a transfer's bytes against i
 	$(PY) -m trinity.runtime.resimulate $(CORUN_OUT)/own/validate/inception_v3 $(REFIT_OUT)/own/validate/inception_v3 \
 		$(REFIT_OUT)/own2/validate/inception_v3 $(CORUN_OUT)/own/validate/nmt_2layer_s12 --refit calibration \
 		--rules $(TODAY_RULE) $(TODAY_RULE)-bytes $(TODAY_RULE)-bytes-receive --csv reports/validation_share_of_bytes.csv
+
 # The same three rules on fresh validations through today's calibration (the shares of the bytes and the receiver's
 # share fitted), none of whose measurements chose the model: InceptionV3 with its own strategies (one run, batches
-# 64 and 8, ~35 min) and NMT (two runs, batches 16 and 8, ~45 min); quiet machine
+# 64 and 8, ~30 min) and NMT (two runs, batches 16 and 8, ~55 min); quiet machine
 BYTES_OUT := out/validate_bytes
-validation-share-of-bytes-fresh: params  ## the same on fresh validations through today's calibration (~80 min)
+validation-share-of-bytes-fresh: params  ## the same on fresh validations through today's calibration (~90 min)
 	test -f $(BYTES_OUT)/validate/inception_v3/batch8/results.csv || $(PY) pipeline/validate.py $(CORUN_HYDRA) \
 		job.model=inception_v3 'run.models=[layered12]' validation.runs=1 paths.results=$(BYTES_OUT) || exit 1
 	test -f $(BYTES_OUT)/validate/nmt_2layer_s12/run2/batch8/results.csv || $(PY) pipeline/validate.py \
@@ -352,6 +353,7 @@ validation-share-of-bytes-fresh: params  ## the same on fresh validations throug
 	$(PY) -m trinity.runtime.resimulate $(BYTES_OUT)/validate/inception_v3 $(BYTES_OUT)/validate/nmt_2layer_s12 \
 		--refit calibration --rules $(TODAY_RULE) $(TODAY_RULE)-bytes $(TODAY_RULE)-bytes-receive \
 		--csv reports/validation_share_of_bytes_fresh.csv
+
 VALIDATION_PLACERS := single metis m-etf m-sct m-topo expert round-robin
 
 validate: $(STAMP)  ## simulator vs real runs on 2 local TF workers, InceptionV3 and NMT (~30 min)

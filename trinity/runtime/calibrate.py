@@ -311,7 +311,8 @@ FITTED_CORUN_SLOWDOWNS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
 CORUN_SLOWDOWNS = FITTED_CORUN_SLOWDOWNS
 
 #: the receiver's CPU share of a transfer's bytes (`trinity.cluster`), fitted with the rest: what taking a
-#: tensor off the wire costs the receiving worker's one thread
+#: tensor off the wire costs the receiving worker's one thread. Without it, shares of the bytes alone took NMT's
+#: held-out rank to 0.77 on a fresh validation (README, `make validation-share-of-bytes-fresh`)
 RECEIVE_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 
 #: how `fit_transfer_model` sums up the fit set's |relative errors|
