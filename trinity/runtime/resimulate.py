@@ -15,6 +15,7 @@ all its batches (nothing is fitted at the other batches).
 
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --link-streams 4
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --refit calibration
+    python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --refit calibration --rules LABEL ...
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --unanchored   # before the round anchor
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --rounds-refit  # the calibration's fit too
     make validation-fit-rules   # both models, both sources -> reports/validation_fit_rules*.csv

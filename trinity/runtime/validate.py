@@ -152,7 +152,7 @@ REFIT_MIN_STRATEGIES = 3
 def refit_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate], table: pd.DataFrame
                     ) -> tuple[pd.DataFrame, Cluster, TransferFit | None]:
     """(``table`` simulated again, the cluster it was, the fit): the transfer model (`fit_transfer_model`:
-    send CPU share, streams, co-running slowdown; the calibration's latency kept) fitted again to the fit
+    send and receive CPU shares, streams, co-running slowdown; the calibration's latency kept) fitted again to the fit
     set's rows of these rounds, and every strategy simulated again on it, on the op times the rounds
     anchored (``table``'s ``anchor_scale``; ``graph`` is the calibrated one). The calibration timed the fit
     set in a session of its own, and the machine moves between sessions (InceptionV3's m-ETF, relative to
