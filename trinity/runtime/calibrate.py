@@ -65,6 +65,7 @@ simulates.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from contextlib import contextmanager
@@ -360,16 +361,14 @@ def fit_transfer_model(graph: OpGraph, cluster: Cluster, placements: list[np.nda
         raise TrinityError(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}", field="objective")
     coruns = [None, *sorted(float(c) for c in corun_slowdowns or ())]  # None first: the measured one wins ties
     best = (np.inf,)
-    for share in shares:
-        for scale in latency_scales:
-            for streams in link_streams:
-                for rank, corun in enumerate(coruns):
-                    for receive in receive_shares:
-                        fit = TransferFit(float(share), float(scale), int(streams), 0.0, corun, float(receive))
-                        sim = Simulator(graph, fit.apply(cluster))
-                        errors = [abs(sim.simulate(p).step_time_us - m) / m for p, m in zip(placements, measured_us)]
-                        best = min(best, (float(OBJECTIVES[objective](errors)), float(share), float(scale),
-                                          int(streams), rank, float(receive)))
+    grid = itertools.product(shares, latency_scales, link_streams, enumerate(coruns), receive_shares)
+    for share, scale, streams, (rank, corun), receive in grid:
+        fit = TransferFit(float(share), float(scale), int(streams), 0.0, corun, float(receive))
+        sim = Simulator(graph, fit.apply(cluster))
+        errors = [abs(sim.simulate(p).step_time_us - m) / m for p, m in zip(placements, measured_us)]
+        # the key's order after the error is the tie rule above
+        best = min(best, (float(OBJECTIVES[objective](errors)), float(share), float(scale), int(streams), rank,
+                          float(receive)))
     return TransferFit(send_cpu_share=best[1], latency_scale=best[2], link_streams=best[3], error=best[0],
                        corun_slowdown=coruns[best[4]], receive_cpu_share=best[5])
 

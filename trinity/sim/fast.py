@@ -461,7 +461,8 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
             local_refs[t] -= 1
             if local_refs[t] == 0:
                 live[ds] -= local_bytes[t]
-            if receive_share * _cpu_part(latency[ds, dd], tensor_bytes[t] / bandwidth[ds, dd], share_of_bytes) > 0.0:
+            if receive_share > 0.0 and _cpu_part(latency[ds, dd], tensor_bytes[t] / bandwidth[ds, dd],
+                                                 share_of_bytes) > 0.0:
                 # the receiver's processor takes it up next (an empty tensor's bytes take it no time)
                 _make_ready(ready_head, ready_tail, ready_next, dd, n + x_cap + x, True)
                 _mark(compute_flag, compute, dd)

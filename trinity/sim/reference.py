@@ -156,7 +156,8 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
         elif kind == "serialised":
             computing[payload["src"]] = False
             outbox[payload["src"]].append(payload)
-        elif kind == "transfer" and receive_share * cpu_part(payload["src"], payload["dst"], payload["bytes"]) > 0:
+        elif (kind == "transfer" and receive_share > 0
+              and cpu_part(payload["src"], payload["dst"], payload["bytes"]) > 0):
             # the receiver's processor takes it up next (an empty tensor's bytes take it no time)
             sending[payload["src"]] -= 1
             getattr(ready[payload["dst"]], "append" if lifo else "appendleft")(("received", payload))
