@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -291,6 +291,9 @@ validation-fit-rules: $(STAMP)  ## the calibration's fit rules against each othe
 validation-round-anchor: $(STAMP)  ## the committed validation with and without its op times anchored to its own rounds
 	$(PY) -m trinity.runtime.resimulate results/validate/inception_v3 results/validate/nmt_2layer_s12 \
 		--unanchored --csv reports/validation_round_anchor.csv
+
+validation-ready-order: $(STAMP)  ## the committed validation refitted under each ready order: would fitting the order help?
+	$(PY) benchmarks/validation_ready_order.py
 
 validation-what-if: $(STAMP)  ## the committed validation with each simulator term of the calibrated cluster set otherwise
 	$(PY) benchmarks/validation_what_if.py

@@ -112,27 +112,26 @@ def test_cluster_file_terms_are_kept(tmp_path):
     assert row["now_step_error_median"] == pytest.approx(1.020 / 0.019 - 1)
 
 
-def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp_path):
-    """Fit placers' and held-out strategies' times made by a known model (the measured latency, 4 streams, control
-    edges sent, newest runnable op first, a received tensor's readers last): today's rule finds it again and judges
-    the held-out ones exactly; one stream cannot, nor free control edges, nor a stack with arrivals on top."""
+def model_made_validation(root, **model_terms):
+    """A one-run validation whose fit placers' (round-robin, m-ETF, m-TOPO) and held-out (4 random) strategies'
+    times are made by a known model: the base cluster (the measured latency, no CPU share) with ``model_terms``.
+    Returns (graph, base cluster, the model's cluster, results.csv's rows)."""
     import dataclasses
 
     from trinity.fileio import write_json
     from trinity.graph.synthetic import layered_dag
     from trinity.placers import place
-    from trinity.runtime.resimulate import refit
     from trinity.sim import Simulator
 
     g = layered_dag(40, 90, seed=5, colocated_fraction=0.0, control_fraction=0.3)
     base = cluster_from_dict({"name": "w", "devices": [{"name": f"d{i}", "memory_GB": 1} for i in range(2)],
                               "default_link": {"bandwidth_GBps": 2.0, "latency_us": 200.0}})
-    model = dataclasses.replace(base, link_streams=4, control_transfers=True, ready_order="lifo-arrivals-last")
+    model = dataclasses.replace(base, **model_terms)
     truth = Simulator(g, model)
     fit_set = {name: place(name, g, base).placement for name in ("round-robin", "m-etf", "m-topo")}
     held_out = {f"random{s}": place("random", g, base, seed=s).placement for s in range(4)}
-    calibration = tmp_path / "calibration"
-    calibration.mkdir()
+    calibration = root / "calibration"
+    calibration.mkdir(parents=True)
     # the committed cluster file: a stale fit (all the CPU share, one stream, a fitted co-running slowdown) the
     # refit must not read: it starts from the co-running slowdown as measured
     write_yaml(calibration / "cluster.yaml", {**base.to_dict(), "send_cpu_share": 0.9, "corun_slowdown": 0.3})
@@ -142,12 +141,23 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
         "transfer_fit": {"measured_step_us": {n: truth.simulate(p).step_time_us for n, p in fit_set.items()}}})
     rows = []
     for name, p in {**fit_set, **held_out}.items():
-        Strategy.from_array(g, base, p).save(tmp_path / "strategies" / f"{name}.json")
+        Strategy.from_array(g, base, p).save(root / "strategies" / f"{name}.json")
         rows.append({"batch": 8, "run": 1, "strategy": name, "calibration_set": name in fit_set, "sim_step_ms": 1.0,
                      "sim_comm_MB": 0.0, "real_step_ms": truth.simulate(p).step_time_us / 1e3, "real_crossed_MB": 1.0,
                      "step_error": 0.0, "comm_error": 0.0, "overridden": 0})
-    pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
+    pd.DataFrame(rows).to_csv(root / "results.csv", index=False)
+    return g, base, model, rows
 
+
+def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp_path):
+    """Fit placers' and held-out strategies' times made by a known model (the measured latency, 4 streams, control
+    edges sent, newest runnable op first, a received tensor's readers last): today's rule finds it again and judges
+    the held-out ones exactly; one stream cannot, nor free control edges, nor a stack with arrivals on top."""
+    from trinity.runtime.resimulate import refit
+    from trinity.sim import Simulator
+
+    g, base, model, rows = model_made_validation(tmp_path, link_streams=4, control_transfers=True,
+                                                 ready_order="lifo-arrivals-last")
     fits, figures = refit(tmp_path)
     fits, figures = fits.set_index("rule"), figures.set_index("rule")
     today = "mean-streams-control-lifo-latency-measured-arrivals-last"
