@@ -7,12 +7,13 @@ step times as the calibration measured them: nothing held out is read by a fit),
 that fit, and the order with the smallest fit-set error marked `chosen`: what a calibration that also fitted
 the order would pick, judged on the held-out split strategies.
 
-    make validation-ready-order   # -> reports/validation_ready_order.csv (about 5 min)
+    make validation-ready-order   # -> reports/validation_ready_order.csv (about 6 min)
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pandas as pd
 
@@ -35,7 +36,7 @@ def main(argv=None) -> None:
         fits, figures = refit(folder, "calibration", rules)
         fits["chosen"] = fits["fit_error"] == fits.groupby("run")["fit_error"].transform("min")
         tables.append(figures.merge(fits, on=["run", "rule"]).rename(columns={"rule": "ready_order"})
-                      .assign(model=folder.rstrip("/").rsplit("/", 1)[-1]))
+                      .assign(model=Path(folder).name))
     table = pd.concat(tables, ignore_index=True)
     first = ["model", "run", "batch", "ready_order", "chosen", "fit_error"]
     table = table[first + [c for c in table.columns if c not in first]]
