@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -216,6 +216,19 @@ search-default-racing: params  ## Trinity from scratch with 2 racers, on the def
 search-default-budget: params  ## Trinity from scratch at 300 iterations, one search and two racers, on the default cases (~14 min)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_budget.csv \
 	  --variant '300, one search={"iterations": 300, "racers": 1}' --variant '300, two racers={"iterations": 300, "racers": 2}'
+
+# Why the searches gather: METIS's balanced split read through the parts the groups start as
+groups-hold-split: params  ## METIS's split mapped onto the 64 parts of a k-way partition and of a recursive bisection (~1 min)
+	$(PY) benchmarks/groups_hold_split.py --csv reports/groups_hold_split.csv
+
+# A portfolio of priors on the default cases: racers whose groups start from different locality orders (README's
+# *A portfolio of priors*); the committed columns are the pipeline's runs
+search-default-portfolio: params  ## Trinity from scratch with racers of different priors, on the default cases (~36 min)
+	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_portfolio.csv \
+	  --variant 'bisection={"race_agents": [], "policy": {"locality_order": "bisection"}}' \
+	  --variant 'metis+bisection={"race_agents": [{}, {"policy": {"locality_order": "bisection"}}]}' \
+	  --variant 'metis+breadth={"race_agents": [{}, {"policy": {"locality_order": "breadth"}}]}' \
+	  --variant 'metis+breadth+bisection={"racers": 3, "race_agents": [{}, {"policy": {"locality_order": "breadth"}}, {"policy": {"locality_order": "bisection"}}]}'
 
 # Hierarchical from scratch at Trinity's 300 iterations (the default experiment gives it 100): equal budgets
 search-hierarchical-budget: params  ## Hierarchical from scratch at 300 iterations on the default cases (~15 min)

@@ -74,3 +74,35 @@ def test_racing_settings_are_checked():
     with pytest.raises(TrinityError, match="racers: a race starts from scratch"):
         SearchConfig(racers=2, warm_start="m-etf")
 
+
+
+def test_a_portfolio_racer_draws_as_a_search_of_its_own_seed_and_options(tmp_path):
+    """``race_agents``: racer 1's options (here its rate) merged over the search's; it draws exactly as a search of
+    its own seed with those options, and racer 0 as one with the search's own."""
+    features = op_features(two_chains(), embedding_dim=4, seed=4)
+    raced = Search(two_chains(), cluster(), config("trinity", 12, racers=2, race_share=1.0, seed=4,
+                                                   race_agents=[{}, {"lr": 0.05}]), tmp_path / "race",
+                   features=features, progress=False)
+    raced.run()
+    for j, lr in enumerate((0.01, 0.05)):
+        alone = Search(two_chains(), cluster(), config("trinity", 6, lr=lr, seed=4 + j * SEED_STRIDE),
+                       tmp_path / str(j), features=features, progress=False)
+        alone.run()
+        assert rewards(raced)[j::2] == rewards(alone)
+    assert raced.resolved["race_agents"] == [{}, {"lr": 0.05}]
+
+
+def test_portfolio_options_merge_nested_keys():
+    cfg = config("trinity", 4, racers=2, race_agents=[{}, {"policy": {"locality_order": "bisection"}}])
+    assert cfg.racer_agent(0) == cfg.agent
+    assert cfg.racer_agent(1)["policy"] == {**cfg.agent["policy"], "locality_order": "bisection"}
+    assert cfg.racer_agent(1)["num_groups"] == cfg.agent["num_groups"]
+
+
+def test_portfolio_settings_are_checked():
+    with pytest.raises(TrinityError, match=r"race_agents: must be a list of at most racers=1 option sets"):
+        config("trinity", 4, race_agents=[{}, {"lr": 0.05}])
+    with pytest.raises(TrinityError, match=r"race_agents\.1: must be a mapping of agent options, got 3"):
+        config("trinity", 4, racers=2, race_agents=[{}, 3])
+    with pytest.raises(TrinityError, match=r"race_agents\.1\.rate"):
+        config("trinity", 4, racers=2, race_agents=[{}, {"rate": 0.05}])

@@ -200,3 +200,20 @@ def test_trinity_reads_the_cluster_cost_model_where_asked():
     np.testing.assert_array_equal(profile.numeric.numpy(), feats.numeric)
     with pytest.raises(TrinityError, match="op_costs"):
         TrinityOptions(op_costs="gpu")
+
+
+def test_bisection_parts_are_runs_of_the_halves():
+    """Recursive bisection of a chain of 8 equal ops into 4 parts, numbered by its tree: 2 neighbouring ops a
+    part, and parts 0-1 one half of the chain, 2-3 the other (a run of parts is a piece the bisections cut off)."""
+    g = OpGraph([Op(f"a{i}", "Add", 1.0, output_bytes=(64,)) for i in range(8)],
+                [Edge(f"a{i}", f"a{i + 1}", 0) for i in range(7)])
+    ug = UnitGraph(g, op_features(g, embedding_dim=2))
+    part = ug.parts(4, bisection=True)[torch.from_numpy(ug.unit_of_op)].tolist()
+    pieces = [[i for i in range(8) if part[i] == p] for p in range(4)]
+    assert all(len(p) == 2 and p[1] == p[0] + 1 for p in pieces)
+    assert {frozenset(pieces[0] + pieces[1]), frozenset(pieces[2] + pieces[3])} == {frozenset(range(4)),
+                                                                                      frozenset(range(4, 8))}
+    policy = PlacementPolicy(ug, 2, 8, PolicyConfig(num_groups=4, lstm_hidden=8, group_projection=4,
+                                                    topo_prior=50.0, locality_order="bisection"))
+    log_part, _ = policy.eval().one_pass(policy.sample(1, torch.Generator().manual_seed(0)))
+    assert torch.equal(log_part.argmax(1), ug.parts(4, bisection=True))  # each unit's group starts as its part

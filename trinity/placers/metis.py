@@ -56,16 +56,17 @@ def group_graph(graph: OpGraph) -> sp.csr_matrix:
 
 
 def metis_parts(adjacency: sp.csr_matrix, vertex_weights: np.ndarray, n_parts: int, *, seed: int = 0,
-                tpwgts: list[float] | None = None) -> np.ndarray:
+                tpwgts: list[float] | None = None, recursive: bool = False) -> np.ndarray:
     """METIS's k-way partition of ``adjacency`` (symmetric, edge weights in any unit) into ``n_parts`` parts
     balanced by ``vertex_weights``, both scaled to METIS's integers; part per vertex. Fewer vertices than parts
-    is the caller's case (METIS refuses it)."""
+    is the caller's case (METIS refuses it). ``recursive``: by recursive bisection, whatever ``n_parts`` (pymetis
+    otherwise bisects up to 8 parts and partitions k ways above)."""
     with _silenced_c_output():  # METIS prints (and survives) empty bisections on graphs of many components
         result = pymetis.part_graph(
             n_parts, adjacency=pymetis.CSRAdjacency(adjacency.indptr.astype(np.int64),
                                                     adjacency.indices.astype(np.int64)),
             vweights=_scaled(vertex_weights), eweights=_scaled(adjacency.data), tpwgts=tpwgts,
-            options=pymetis.Options(seed=seed))
+            recursive=recursive or None, options=pymetis.Options(seed=seed))
     return np.asarray(result.vertex_part, np.int64)
 
 

@@ -28,8 +28,9 @@ SEED_STRIDE = 100_003  #: racer j's seed is the search's + j * SEED_STRIDE (race
 class RacingAgent(Agent):
     """``racers`` agents of one method taking turns, then the leader alone (see the module's docstring)."""
 
-    def __init__(self, make_agent: Callable[[int], Agent], seed: int, racers: int, race_iterations: int):
-        self.racers = [make_agent(seed + j * SEED_STRIDE) for j in range(racers)]
+    def __init__(self, make_agent: Callable[[int, int], Agent], seed: int, racers: int, race_iterations: int):
+        """``make_agent(seed, j)``: racer j, from its seed (and, in a portfolio, its own options)."""
+        self.racers = [make_agent(seed + j * SEED_STRIDE, j) for j in range(racers)]
         self.generators = [torch.Generator().manual_seed(seed + j * SEED_STRIDE) for j in range(racers)]
         self.race_iterations = race_iterations
         self.best = [-np.inf] * racers  #: each racer's best reward so far

@@ -32,7 +32,8 @@ from trinity.placement import Strategy
 from trinity.progress import progress as progress_bar
 from trinity.reward import MDPEConfig
 from trinity.rl import checkpoint, defaults
-from trinity.rl.agent import DEFAULT_METHOD, Agent, AgentContext, agent_class, agent_options, check_range
+from trinity.rl.agent import (DEFAULT_METHOD, Agent, AgentContext, agent_class, agent_options, check_range,
+                              typed_options)
 from trinity.rl.checkpoint import checkpoint_run_id  # noqa: F401  (re-exported for the CLI and stages)
 from trinity.rl.racing import RacingAgent
 from trinity.rl.warm_start import WARM_START_PLACERS, warm_start  # noqa: F401  (re-exported)
@@ -75,6 +76,9 @@ class SearchConfig:
     racers: int = 1
     #: the share of the budget the racers spend taking turns, before the leader runs the rest alone
     race_share: float = 0.8
+    #: racer j's agent options over ``agent`` (nested keys merged), for the first len(race_agents) racers: a
+    #: portfolio, each racer with its own prior (e.g. ``[{}, {policy: {locality_order: bisection}}]``)
+    race_agents: list = field(default_factory=list)
     reward: MDPEConfig = field(default_factory=MDPEConfig)
     agent: dict = field(default_factory=dict)  #: the method's settings (its Agent.Options' fields)
 
@@ -101,6 +105,25 @@ class SearchConfig:
                 raise TrinityError(f"unknown placer {self.warm_start!r}; choose best or one of "
                                    f"{', '.join(sorted(PLACERS))}", field="warm_start")
         agent_options(self.method, self.agent)  # unknown or bad method options, before any work
+        if not isinstance(self.race_agents, (list, tuple)) or len(self.race_agents) > self.racers:
+            raise TrinityError(f"must be a list of at most racers={self.racers} option sets, got "
+                               f"{self.race_agents!r}", field="race_agents")
+        for j, own in enumerate(self.race_agents):
+            if not isinstance(own, dict):
+                raise TrinityError(f"must be a mapping of agent options, got {own!r}", field=f"race_agents.{j}")
+            typed_options(agent_class(self.method).Options, self.racer_agent(j), f"race_agents.{j}")
+
+    def racer_agent(self, j: int) -> dict:
+        """Racer j's agent options: ``race_agents[j]`` merged over ``agent`` (nested keys merged)."""
+        return merged(self.agent, self.race_agents[j]) if j < len(self.race_agents) else dict(self.agent)
+
+
+def merged(base: dict, over: dict) -> dict:
+    """``over`` merged over ``base``, nested mappings key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 @dataclass
@@ -127,9 +150,9 @@ class Search:
         torch.set_num_threads(cfg.threads)
         ctx = AgentContext(seed=cfg.seed, feature_seed=cfg.seed, reward=cfg.reward, warm_start=bool(cfg.warm_start),
                            features=features, feature_cache=feature_cache)
-        options = agent_options(cfg.method, cfg.agent)
 
-        def make_agent(seed: int) -> Agent:  # every racer embeds the graph as the search's seed does
+        def make_agent(seed: int, racer: int = 0) -> Agent:  # every racer embeds the graph as the search's seed does
+            options = agent_options(cfg.method, cfg.racer_agent(racer))
             return agent_class(cfg.method)(graph, cluster, options, replace(ctx, seed=seed))
 
         self.agent: Agent = make_agent(cfg.seed) if cfg.racers == 1 else RacingAgent(
@@ -162,7 +185,10 @@ class Search:
     @property
     def resolved(self) -> dict:
         """This search's settings with the method's defaults filled in (what the checkpoint matches)."""
-        return {**asdict(self.cfg), "agent": asdict(self.agent.options)}
+        resolved = {**asdict(self.cfg), "agent": asdict(self.agent.options)}
+        if not resolved["race_agents"]:  # one agent's options for all: as before portfolios (old checkpoints hold)
+            del resolved["race_agents"]
+        return resolved
 
     # ----------------------------------------------------------------- loop
     def run(self) -> Best:
