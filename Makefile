@@ -223,7 +223,7 @@ groups-hold-split: params  ## METIS's split mapped onto the 64 parts of a k-way 
 
 # A portfolio of priors on the default cases: racers whose groups start from different locality orders (README's
 # *A portfolio of priors*); the committed columns are the pipeline's runs
-search-default-portfolio: params  ## Trinity from scratch with racers of different priors, on the default cases (~36 min)
+search-default-portfolio: params  ## Trinity from scratch with racers of different priors, on the default cases (~26 min)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_portfolio.csv \
 	  --variant 'bisection={"race_agents": [], "policy": {"locality_order": "bisection"}}' \
 	  --variant 'metis+bisection={"race_agents": [{}, {"policy": {"locality_order": "bisection"}}]}' \
