@@ -9,7 +9,9 @@ whose best sampled strategy has the highest reward then runs the rest of the bud
 stopped. Every racer keeps its own iteration count (its noise decays as in a search of its own), its own
 generator and its own state, so each racer's draws are exactly those of a search of its own seed, and the
 whole race resumes exactly from a checkpoint. The search loop sees one agent; the simulator calls, and so
-the wall time, are the budget's.
+the wall time, are the budget's. ``race_agents`` (`SearchConfig`) gives racers options of their own, e.g.
+another locality prior each: a portfolio, its leader picked by the same reward (README's *Why InceptionV3's
+searches gather*).
 """
 
 from __future__ import annotations
