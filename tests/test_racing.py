@@ -75,7 +75,6 @@ def test_racing_settings_are_checked():
         SearchConfig(racers=2, warm_start="m-etf")
 
 
-
 def test_a_portfolio_racer_draws_as_a_search_of_its_own_seed_and_options(tmp_path):
     """``race_agents``: racer 1's options (here its rate) merged over the search's; it draws exactly as a search of
     its own seed with those options, and racer 0 as one with the search's own."""
