@@ -223,12 +223,13 @@ groups-hold-split: params  ## METIS's split mapped onto the 64 parts of a k-way 
 
 # A portfolio of priors on the default cases: racers whose groups start from different locality orders (README's
 # *A portfolio of priors*); the committed columns are the pipeline's runs
-search-default-portfolio: params  ## Trinity from scratch with racers of different priors, on the default cases (~26 min)
+search-default-portfolio: params  ## Trinity from scratch with racers of different priors, on the default cases (~33 min)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_portfolio.csv \
 	  --variant 'bisection={"race_agents": [], "policy": {"locality_order": "bisection"}}' \
 	  --variant 'metis+bisection={"race_agents": [{}, {"policy": {"locality_order": "bisection"}}]}' \
 	  --variant 'metis+breadth={"race_agents": [{}, {"policy": {"locality_order": "breadth"}}]}' \
-	  --variant 'metis+breadth+bisection={"racers": 3, "race_agents": [{}, {"policy": {"locality_order": "breadth"}}, {"policy": {"locality_order": "bisection"}}]}'
+	  --variant 'metis+breadth+bisection={"racers": 3, "race_agents": [{}, {"policy": {"locality_order": "breadth"}}, {"policy": {"locality_order": "bisection"}}]}' \
+	  --variant 'metis+metis+breadth={"racers": 3, "race_agents": [{}, {}, {"policy": {"locality_order": "breadth"}}]}'
 
 # Hierarchical from scratch at Trinity's 300 iterations (the default experiment gives it 100): equal budgets
 search-hierarchical-budget: params  ## Hierarchical from scratch at 300 iterations on the default cases (~15 min)
