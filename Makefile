@@ -295,7 +295,7 @@ measurement-noise: $(STAMP)  ## where measured step times vary, at 1 and 2 warm-
 
 # how the calibration fits its transfer model (objective, link streams tried, worker terms), each rule refitted
 # to each run's calibration measurements (and, as a what-if, to the validation's own rows of the calibration set), simulating
-# the held-out strategies the pipeline's validate stage measured (needs its results/validate/ outputs; ~3 min)
+# the held-out strategies the pipeline's validate stage measured (needs its results/validate/ outputs; ~20 min)
 validation-fit-rules: $(STAMP)  ## the calibration's fit rules against each other on the committed validation
 	$(PY) -m trinity.runtime.resimulate results/validate/inception_v3 results/validate/nmt_2layer_s12 \
 		--refit calibration --csv reports/validation_fit_rules.csv

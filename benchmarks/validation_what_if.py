@@ -45,6 +45,7 @@ VARIANTS = {
     "ready_order fifo": {"ready_order": "fifo"},
     "ready_order lifo": {"ready_order": "lifo"},  # a received tensor's readers on top, as before lifo-arrivals-last
     "control_transfers off": {"control_transfers": False},
+    "latency_overlaps": {"latency_overlaps": True},  # a link held for the bytes alone, latencies in flight at once
 }
 
 

@@ -1,9 +1,12 @@
 """The simulator against hand-computed steps, and the fast one against the reference."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from trinity.cluster import cluster_from_dict
+from trinity.errors import ClusterError
 from trinity.graph.ir import Edge, Op, OpGraph
 from trinity.graph.synthetic import random_dag
 from trinity.placers import place
@@ -33,6 +36,35 @@ def test_chain_across_two_devices():
         assert list(res.peak_memory_bytes) == [2100, 3000]
         assert list(res.busy_us) == [10.0, 5.0]
         assert list(res.transfers[0]) == [0, 0, 0, 1, 2000, 10.0, 14.0]
+
+
+def test_overlapping_latency_frees_the_link_once_the_bytes_are_on_it():
+    # a (10 us) on d0 sends two tensors (2000 B, 1000 B) to b (5 us) on d1; link: 2 us + 1 B / ns.
+    g = OpGraph([Op("a", "A", 10.0, output_bytes=(2000, 1000)), Op("b", "B", 5.0)],
+                [Edge("a", "b", 0), Edge("a", "b", 1)])
+    serial = make_cluster(2)
+    for res in both(g, serial, [0, 1]):  # the second waits for the first's whole 4 us: [14, 17]
+        assert res.step_time_us == 22.0 and res.transfers[:, 5:].tolist() == [[10.0, 14.0], [14.0, 17.0]]
+    for res in both(g, replace(serial, latency_overlaps=True), [0, 1]):  # for its bytes' 2 us only: [12, 15]
+        assert res.step_time_us == 20.0 and res.transfers[:, 5:].tolist() == [[10.0, 14.0], [12.0, 15.0]]
+    # a send CPU share of the whole time, 0.5: each transfer's CPU half runs on d0 first, the wire takes the
+    # other half, of which the link is held for the bytes' part (1 us of the first's 2)
+    shared = replace(serial, send_cpu_share=0.5)
+    for overlaps, second_end in ((False, 15.5), (True, 15.0)):
+        for res in both(g, replace(shared, latency_overlaps=overlaps), [0, 1]):
+            # CPU [10, 12], wire [12, 14] (link free at 13 when overlapping); CPU [12, 13.5], wire 1.5 us
+            # from 14 (serial) or 13.5 (the link free since 13)
+            assert res.transfers[:, 5:].tolist() == [[10.0, 14.0], [12.0, second_end]]
+
+
+def test_latency_overlaps_round_trips_and_bad_values_are_refused():
+    plain = make_cluster(2)
+    assert not plain.latency_overlaps and "latency_overlaps" not in plain.to_dict()
+    on = replace(make_cluster(3), latency_overlaps=True)
+    assert cluster_from_dict(on.to_dict()).latency_overlaps and on.subset([2, 0]).latency_overlaps
+    for bad in (1, "yes"):
+        with pytest.raises(ClusterError, match="latency_overlaps"):
+            cluster_from_dict({**plain.to_dict(), "latency_overlaps": bad})
 
 
 def test_tensor_sent_once_per_device_and_sender_is_serial():
@@ -276,6 +308,10 @@ CLUSTERS.append(_shared(2, send_cpu_share=0.3, receive_cpu_share=0.4, corun_slow
 CLUSTERS.append(_shared(3, send_cpu_share=0.5, receive_cpu_share=0.3, cpu_share_of="bytes", control_transfers=True,
                         ready_order="lifo-arrivals-last", corun_slowdown=0.1))
 CLUSTERS.append(_shared(2, send_cpu_share=0.7, cpu_share_of="bytes", link_streams=3))
+CLUSTERS.append(_shared(3, send_cpu_share=0.4, receive_cpu_share=0.2, cpu_share_of="bytes", control_transfers=True,
+                        ready_order="lifo-arrivals-last", corun_slowdown=0.1, latency_overlaps=True))
+CLUSTERS.append(_shared(2, send_cpu_share=0.3, link_streams=2, latency_overlaps=True))
+CLUSTERS.append(_shared(3, latency_overlaps=True))
 
 
 @pytest.mark.parametrize("seed", range(150))
@@ -312,13 +348,14 @@ def test_fast_equals_reference_past_64_devices(n_dev):
     np.testing.assert_array_equal(fast.transfers, ref.transfers)
 
 
-def test_fast_equals_reference_with_corun_past_the_heap_threshold():
+@pytest.mark.parametrize("overlaps", [False, True])
+def test_fast_equals_reference_with_corun_past_the_heap_threshold(overlaps):
     """Past HEAP_FROM_DEVICES the fast simulator keeps completions in a heap, rebuilt when ends move."""
     from trinity.graph.synthetic import layered_dag
 
     graph = layered_dag(300, 500, seed=3, colocated_fraction=0.0)
     cluster = _shared(60, corun_slowdown=0.05, step_sync_us=1.0, send_cpu_share=0.3, receive_cpu_share=0.2,
-                      cpu_share_of="bytes")
+                      cpu_share_of="bytes", latency_overlaps=overlaps)
     placement = np.random.default_rng(3).integers(0, 60, graph.n_ops)
     fast, ref = both(graph, cluster, placement)
     assert fast.step_time_us == ref.step_time_us > 0

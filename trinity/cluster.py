@@ -44,6 +44,14 @@ each sender has on its links at once, as a TensorFlow worker serves several
 latency + bytes / bandwidth, but up to k of them overlap (see `trinity.sim`).
 Only a calibrated cluster should set it.
 
+``latency_overlaps`` (default false) holds a stream for a transfer's bytes
+alone: the latency is waited out in flight, so the sender's next transfer
+starts while the last one's latency runs, as concurrent RPCs' round trips
+overlap. Off, each transfer holds its stream for its latency too, and a
+sender's small transfers wait out their latencies one after another. The
+calibration does not set it (README, *Simulator vs real*: it ranks
+InceptionV3's held-out splits better but fits the calibration set worse).
+
 ``control_transfers`` (default false: the paper's simulator, where a
 control edge between devices is satisfied when its producer ends) makes a
 control edge between devices move an empty tensor, as TensorFlow's runtime
@@ -105,6 +113,7 @@ class Cluster:
     control_transfers: bool = False  # a control edge between devices moves an empty tensor
     ready_order: str = "fifo"  # which runnable op a device takes next: the oldest, or the newest (READY_ORDERS)
     cpu_share_of: str = "transfer"  # what the CPU shares are of: the whole transfer, or its bytes (CPU_SHARE_OF)
+    latency_overlaps: bool = False  # a link is held for a transfer's bytes only; its latency overlaps the next
 
     @property
     def n_devices(self) -> int:
@@ -178,6 +187,7 @@ class Cluster:
             **({"control_transfers": True} if self.control_transfers else {}),
             **({"ready_order": self.ready_order} if self.ready_order != "fifo" else {}),
             **({"cpu_share_of": self.cpu_share_of} if self.cpu_share_of != "transfer" else {}),
+            **({"latency_overlaps": True} if self.latency_overlaps else {}),
             "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
                          **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {}),
                          **({"node": d.node} if d.node else {})} for d in self.devices],
@@ -314,7 +324,8 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
                    link_streams=_link_streams(1 if doc.get("link_streams") is None else doc["link_streams"], source),
                    control_transfers=_flag(doc, "control_transfers", source),
                    ready_order=_choice(doc, "ready_order", READY_ORDERS, source),
-                   cpu_share_of=_choice(doc, "cpu_share_of", CPU_SHARE_OF, source))
+                   cpu_share_of=_choice(doc, "cpu_share_of", CPU_SHARE_OF, source),
+                   latency_overlaps=_flag(doc, "latency_overlaps", source))
 
 
 def _cpu_share(doc: Mapping, key: str, source: str) -> float:

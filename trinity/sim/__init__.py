@@ -16,7 +16,9 @@ and `fast.py` the compiled one the search uses):
   sends one tensor at a time (or up to a cluster's ``link_streams`` k at
   once, each taking its full time: the runtime serves several ``RecvTensor``
   calls concurrently), overlapping its compute; a transfer of b bytes
-  from s to d takes ``latency[s, d] + b / bandwidth[s, d]`` microseconds.
+  from s to d takes ``latency[s, d] + b / bandwidth[s, d]`` microseconds
+  (with a cluster's ``latency_overlaps`` the stream is free once the bytes
+  are on it, and the tensor arrives after the rest, its latency, in flight).
   With a cluster ``send_cpu_share`` f > 0 (CPU workers, whose processors also
   move the data), a tensor is first queued on the sender's run queue like an
   op and occupies its processor for f of that time, then spends the rest

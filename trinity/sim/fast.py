@@ -25,7 +25,7 @@ import numpy as np
 
 from trinity.cluster import Cluster
 from trinity.graph.ir import OpGraph
-from trinity.heap import heap_pop, heap_push
+from trinity.heap import earlier, heap_pop, heap_push
 from trinity.placement import check_placement
 from trinity.costs import op_times
 from trinity.sim.result import SimResult, lower_bound
@@ -73,7 +73,7 @@ class Simulator:
             float(cluster.send_cpu_share), float(cluster.receive_cpu_share), float(cluster.corun_slowdown),
             float(cluster.step_sync_us),
             int(cluster.link_streams), cluster.cpu_share_of == "bytes", cluster.ready_order != "fifo",
-            cluster.ready_order == "lifo-arrivals-last",
+            cluster.ready_order == "lifo-arrivals-last", cluster.latency_overlaps,
         )
         self._memory = cluster.memory.astype(np.float64)
 
@@ -172,7 +172,8 @@ def _ready_readers(x, x_copy, copy_next, out_dst, waiting, compute_flag, compute
 @numba.njit(cache=True, error_model="numpy", nogil=True)  # nogil: a batch simulates on several threads
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
               temporary, indegree, out_ptr, out_dst, out_tensor, by_tensor, in_ptr, in_src, in_tensor, in_position, bandwidth,
-              latency, cpu_share, receive_share, corun, sync_us, streams, share_of_bytes, lifo, arrivals_last):
+              latency, cpu_share, receive_share, corun, sync_us, streams, share_of_bytes, lifo, arrivals_last,
+              overlaps):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
@@ -231,7 +232,12 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     x_src = np.empty(x_cap, np.int64)
     x_dst = np.empty(x_cap, np.int64)
     x_start = np.zeros(x_cap)
-    x_end = np.zeros(x_cap)
+    x_end = np.zeros(x_cap)  # when the copy arrives
+    # With `overlaps` a stream is free once a transfer's bytes are on the wire; the transfer then waits
+    # out its latency in flight: a heap of transfers by (arrival, order started).
+    x_seq = np.zeros(x_cap, np.int64)
+    in_flight = np.empty(x_cap, np.int64)
+    n_flight = 0
     x_next = np.full(x_cap, -1, np.int64)
     out_head = np.full(n_dev, -1, np.int64)
     out_tail = np.full(n_dev, -1, np.int64)
@@ -344,6 +350,10 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     slot_time[s] = x_end[x]
                     slot_seq[s] = seq
                     seq += 1
+                    if overlaps:  # the stream is free once the bytes are on it: its latency overlaps the next
+                        slot_time[s] -= latency[d, dx] if share_of_bytes else (1.0 - cpu_share) * latency[d, dx]
+                        x_seq[x] = seq
+                        seq += 1
                     if use_heap:
                         n_heap = heap_push(heap, n_heap, slot_time, slot_seq, s)
         send[0] = 0
@@ -360,14 +370,12 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                         if slot_item[s] >= 0:
                             n_heap = heap_push(heap, n_heap, slot_time, slot_seq, s)
 
-        # Next completion: earliest time, then earliest started.
+        # Next completion: earliest time, then earliest started (a slot's, or a transfer in flight arriving).
+        best = -1
         if use_heap:
-            if n_heap == 0:
-                break
-            best = heap[0]
-            n_heap = heap_pop(heap, n_heap, slot_time, slot_seq)
+            if n_heap > 0:
+                best = heap[0]
         else:
-            best = -1
             best_time = np.inf
             best_seq = idle
             for s in range(n_slots):  # idle slots hold time inf
@@ -376,9 +384,17 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     best = s
                     best_time = t_s
                     best_seq = slot_seq[s]
-            if best < 0:
-                break
-        if slot_time[best] > now:
+        arrived = -1
+        if n_flight > 0 and (best < 0 or earlier(x_end[in_flight[0]], x_seq[in_flight[0]], slot_time[best],
+                                                 slot_seq[best])):
+            arrived = in_flight[0]
+            n_flight = heap_pop(in_flight, n_flight, x_end, x_seq)
+        elif best < 0:
+            break
+        elif use_heap:
+            n_heap = heap_pop(heap, n_heap, slot_time, slot_seq)
+        t_next = x_end[arrived] if arrived >= 0 else slot_time[best]
+        if t_next > now:
             # Every change at `now` is in: record the peak where memory grew.
             for i in range(1, grown[0] + 1):
                 d = grown[i]
@@ -389,16 +405,23 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
             if corun > 0.0:
                 for d in range(n_dev):
                     if slot_item[d] >= 0:
-                        left[d] -= (slot_time[best] - now) / stretch
-            now = slot_time[best]
-        item = slot_item[best]
-        slot_item[best] = -1
-        slot_time[best] = np.inf
-        slot_seq[best] = idle
-        if best < n_dev:
-            n_busy -= 1
+                        left[d] -= (t_next - now) / stretch
+            now = t_next
+        if arrived >= 0:
+            item = arrived
+            best = n_slots  # not a slot: a transfer in flight arrived
+        else:
+            item = slot_item[best]
+            slot_item[best] = -1
+            slot_time[best] = np.inf
+            slot_seq[best] = idle
+            if best < n_dev:
+                n_busy -= 1
 
-        if best < n_dev and item >= n + x_cap:  # the receiver's share is done: the copy's readers may run
+        if overlaps and n_dev <= best < n_slots:  # a stream is free; its transfer flies on
+            _mark(send_flag, send, x_src[item])
+            n_flight = heap_push(in_flight, n_flight, x_end, x_seq, item)
+        elif best < n_dev and item >= n + x_cap:  # the receiver's share is done: the copy's readers may run
             _mark(compute_flag, compute, best)
             _ready_readers(item - n - x_cap, x_copy, copy_next, out_dst, waiting, compute_flag, compute,
                            ready_head, ready_tail, ready_next, dev, lifo and not arrivals_last)

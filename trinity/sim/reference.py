@@ -116,6 +116,9 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
                 else:
                     wire = (1 - share) * cluster.transfer_us(d, x["dst"], x["bytes"])
                 x["end"] = now + wire
+                if cluster.latency_overlaps:  # the link is free once the bytes are on it; the latency overlaps
+                    in_flight = cluster.latency[d, x["dst"]] * (1 if cluster.cpu_share_of == "bytes" else 1 - share)
+                    push(x["end"] - in_flight, "link_free", x)
                 push(x["end"], "transfer", x)
         new_stretch = 1.0 + corun * (max(len(running), 1) - 1)
         if corun > 0 and new_stretch != stretch:  # every running item's completion moves
@@ -131,12 +134,16 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
     while events:
         t, _, ver, kind, payload = heapq.heappop(events)
         d = dev[payload] if kind == "op" else payload["dst"] if kind == "received" else payload["src"]
-        if kind != "transfer" and ver != version[d]:
+        if kind not in ("transfer", "link_free") and ver != version[d]:
             continue  # a completion that moved
         if corun > 0:
             for r in running:
                 left[r] -= (t - now) / stretch
         now = t
+        if kind == "link_free":
+            sending[d] -= 1
+            dispatch()
+            continue
         if kind != "transfer":
             del running[d]
         if kind == "op":
@@ -159,12 +166,12 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
         elif (kind == "transfer" and receive_share > 0
               and cpu_part(payload["src"], payload["dst"], payload["bytes"]) > 0):
             # the receiver's processor takes it up next (an empty tensor's bytes take it no time)
-            sending[payload["src"]] -= 1
+            sending[payload["src"]] -= 0 if cluster.latency_overlaps else 1
             getattr(ready[payload["dst"]], "append" if lifo else "appendleft")(("received", payload))
         else:
             x = payload
             if kind == "transfer":
-                sending[x["src"]] -= 1
+                sending[x["src"]] -= 0 if cluster.latency_overlaps else 1
             else:
                 computing[x["dst"]] = False
             for v, k in out_edges[x["producer"]]:
