@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -295,12 +295,17 @@ measurement-noise: $(STAMP)  ## where measured step times vary, at 1 and 2 warm-
 
 # how the calibration fits its transfer model (objective, link streams tried, worker terms), each rule refitted
 # to each run's calibration measurements (and, as a what-if, to the validation's own rows of the calibration set), simulating
-# the held-out strategies the pipeline's validate stage measured (needs its results/validate/ outputs; ~20 min)
+# the held-out strategies the pipeline's validate stage measured (needs its results/validate/ outputs; ~3 min)
 validation-fit-rules: $(STAMP)  ## the calibration's fit rules against each other on the committed validation
 	$(PY) -m trinity.runtime.resimulate results/validate/inception_v3 results/validate/nmt_2layer_s12 \
 		--refit calibration --csv reports/validation_fit_rules.csv
 	$(PY) -m trinity.runtime.resimulate results/validate/inception_v3 results/validate/nmt_2layer_s12 \
 		--refit validation --csv reports/validation_fit_rules_validation.csv
+
+# today's fit rule under settings of two transfer terms the calibration lacks (cluster terms latency_overlaps,
+# transfer_cpu_us), each refitted to each run's calibration measurements, on the committed validation (~35 min)
+validation-transfer-terms: $(STAMP)  ## the calibration's fit with overlapping latencies and a fixed cost per transfer
+	$(PY) benchmarks/validation_transfer_terms.py
 
 validation-round-anchor: $(STAMP)  ## the committed validation with and without its op times anchored to its own rounds
 	$(PY) -m trinity.runtime.resimulate results/validate/inception_v3 results/validate/nmt_2layer_s12 \

@@ -57,11 +57,32 @@ def test_overlapping_latency_frees_the_link_once_the_bytes_are_on_it():
             assert res.transfers[:, 5:].tolist() == [[10.0, 14.0], [12.0, second_end]]
 
 
+def test_a_transfer_s_fixed_cost_goes_to_both_processors_by_their_shares():
+    # a (10 us) on d0 sends 2000 B to b (5 us) on d1; link 2 us + 2 us of bytes; shares of the bytes' time
+    # plus a fixed 3 us: the sender takes 1.0 x (2 + 3) = 5 us, the wire the latency (2), the receiver
+    # 0.5 x 5 = 2.5 us: b starts at 10 + 5 + 2 + 2.5 = 19.5
+    g = OpGraph([Op("a", "A", 10.0, output_bytes=(2000,)), Op("b", "B", 5.0)], [Edge("a", "b", 0)])
+    terms = dict(send_cpu_share=1.0, receive_cpu_share=0.5, cpu_share_of="bytes")
+    for per_transfer, b_start in ((0.0, 15.0), (3.0, 19.5)):  # without it: 10 + 2 + 2 + 0.5 x 2
+        cluster = replace(make_cluster(2), **terms, transfer_cpu_us=per_transfer)
+        for res in both(g, cluster, [0, 1]):
+            assert res.op_start.tolist() == [0.0, b_start] and res.step_time_us == b_start + 5.0
+    # an empty tensor (a control edge's) still takes no processor time
+    g = OpGraph([Op("a", "A", 10.0), Op("b", "B", 5.0)], [Edge("a", "b", None)])
+    cluster = replace(make_cluster(2), **terms, control_transfers=True, transfer_cpu_us=3.0)
+    for res in both(g, cluster, [0, 1]):
+        assert res.op_start.tolist() == [0.0, 12.0]  # the latency alone
+
+
 def test_latency_overlaps_round_trips_and_bad_values_are_refused():
     plain = make_cluster(2)
     assert not plain.latency_overlaps and "latency_overlaps" not in plain.to_dict()
     on = replace(make_cluster(3), latency_overlaps=True)
     assert cluster_from_dict(on.to_dict()).latency_overlaps and on.subset([2, 0]).latency_overlaps
+    costly = replace(plain, transfer_cpu_us=40.0)
+    assert "transfer_cpu_us" not in plain.to_dict() and cluster_from_dict(costly.to_dict()).transfer_cpu_us == 40.0
+    with pytest.raises(ClusterError, match="transfer_cpu_us"):
+        cluster_from_dict({**plain.to_dict(), "transfer_cpu_us": -1})
     for bad in (1, "yes"):
         with pytest.raises(ClusterError, match="latency_overlaps"):
             cluster_from_dict({**plain.to_dict(), "latency_overlaps": bad})
@@ -312,6 +333,9 @@ CLUSTERS.append(_shared(3, send_cpu_share=0.4, receive_cpu_share=0.2, cpu_share_
                         ready_order="lifo-arrivals-last", corun_slowdown=0.1, latency_overlaps=True))
 CLUSTERS.append(_shared(2, send_cpu_share=0.3, link_streams=2, latency_overlaps=True))
 CLUSTERS.append(_shared(3, latency_overlaps=True))
+CLUSTERS.append(_shared(3, send_cpu_share=1.0, receive_cpu_share=0.3, cpu_share_of="bytes", control_transfers=True,
+                        ready_order="lifo-arrivals-last", latency_overlaps=True, transfer_cpu_us=1.5))
+CLUSTERS.append(_shared(2, send_cpu_share=0.4, receive_cpu_share=0.5, transfer_cpu_us=0.7, corun_slowdown=0.2))
 
 
 @pytest.mark.parametrize("seed", range(150))

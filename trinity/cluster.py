@@ -49,8 +49,15 @@ alone: the latency is waited out in flight, so the sender's next transfer
 starts while the last one's latency runs, as concurrent RPCs' round trips
 overlap. Off, each transfer holds its stream for its latency too, and a
 sender's small transfers wait out their latencies one after another. The
-calibration does not set it (README, *Simulator vs real*: it ranks
-InceptionV3's held-out splits better but fits the calibration set worse).
+calibration sets neither this nor the next (README, *Simulator vs real*:
+fitted with the calibration's placers, they do not rank InceptionV3's
+held-out splits better).
+
+``transfer_cpu_us`` (default 0) is a fixed cost of each transfer of a
+tensor with bytes, beside its bytes' time, in what both CPU shares are a
+share of: the sender's processor spends ``send_cpu_share`` of it, the
+receiver's ``receive_cpu_share`` (a ``RecvTensor`` call's handling and its
+``_Send``/``_Recv`` ops, whatever the tensor's size).
 
 ``control_transfers`` (default false: the paper's simulator, where a
 control edge between devices is satisfied when its producer ends) makes a
@@ -114,6 +121,7 @@ class Cluster:
     ready_order: str = "fifo"  # which runnable op a device takes next: the oldest, or the newest (READY_ORDERS)
     cpu_share_of: str = "transfer"  # what the CPU shares are of: the whole transfer, or its bytes (CPU_SHARE_OF)
     latency_overlaps: bool = False  # a link is held for a transfer's bytes only; its latency overlaps the next
+    transfer_cpu_us: float = 0.0  # a tensor's transfer costs the processors' shares this much more than its bytes
 
     @property
     def n_devices(self) -> int:
@@ -188,6 +196,7 @@ class Cluster:
             **({"ready_order": self.ready_order} if self.ready_order != "fifo" else {}),
             **({"cpu_share_of": self.cpu_share_of} if self.cpu_share_of != "transfer" else {}),
             **({"latency_overlaps": True} if self.latency_overlaps else {}),
+            **({"transfer_cpu_us": self.transfer_cpu_us} if self.transfer_cpu_us else {}),
             "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
                          **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {}),
                          **({"node": d.node} if d.node else {})} for d in self.devices],
@@ -317,15 +326,16 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
     devices = _devices(doc.get("devices"), source)
     bw, lat = _links(doc, [d.name for d in devices], source)
     share, receive_share = (_cpu_share(doc, key, source) for key in ("send_cpu_share", "receive_cpu_share"))
-    corun, sync = (_number(doc, key, "cluster", source, positive=False, default=0.0)
-                   if doc.get(key) is not None else 0.0 for key in ("corun_slowdown", "step_sync_us"))
+    corun, sync, per_transfer = (_number(doc, key, "cluster", source, positive=False, default=0.0)
+                                 if doc.get(key) is not None else 0.0
+                                 for key in ("corun_slowdown", "step_sync_us", "transfer_cpu_us"))
     return Cluster(name=str(doc.get("name") or Path(source).stem), devices=tuple(devices), bandwidth=bw, latency=lat,
                    send_cpu_share=share, receive_cpu_share=receive_share, corun_slowdown=corun, step_sync_us=sync,
                    link_streams=_link_streams(1 if doc.get("link_streams") is None else doc["link_streams"], source),
                    control_transfers=_flag(doc, "control_transfers", source),
                    ready_order=_choice(doc, "ready_order", READY_ORDERS, source),
                    cpu_share_of=_choice(doc, "cpu_share_of", CPU_SHARE_OF, source),
-                   latency_overlaps=_flag(doc, "latency_overlaps", source))
+                   latency_overlaps=_flag(doc, "latency_overlaps", source), transfer_cpu_us=per_transfer)
 
 
 def _cpu_share(doc: Mapping, key: str, source: str) -> float:

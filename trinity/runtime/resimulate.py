@@ -57,7 +57,6 @@ class FitRule(NamedTuple):
     corun_slowdowns: tuple[float, ...] | None = None  # tried besides the measured one (None: it alone)
     receive_shares: tuple[float, ...] = (0.0,)  # the receiver's CPU share, of what `cpu_share_of` says
     cpu_share_of: str = "transfer"  # the shares' part of a transfer: all its time, or its bytes' (`trinity.cluster`)
-    latency_overlaps: bool = False  # a link held for a transfer's bytes alone, its latency overlapping the next
 
 
 #: Oldest first; the last is today's calibration (`trinity.runtime.calibrate`), each adds one change.
@@ -74,10 +73,7 @@ FIT_RULES = (FitRule("median-1stream", "median", (1,)), FitRule("mean-1stream", 
                      LINK_STREAMS, True, "lifo-arrivals-last", LATENCY_SCALES, FITTED_CORUN_SLOWDOWNS, (0.0,), "bytes"),
              FitRule("mean-streams-control-lifo-latency-measured-arrivals-last-corun-fitted-bytes-receive", "mean",
                      LINK_STREAMS, True, "lifo-arrivals-last", LATENCY_SCALES, FITTED_CORUN_SLOWDOWNS, RECEIVE_SHARES,
-                     "bytes"),
-             FitRule("mean-streams-control-lifo-latency-measured-arrivals-last-corun-fitted-bytes-receive-overlaps",
-                     "mean", LINK_STREAMS, True, "lifo-arrivals-last", LATENCY_SCALES, FITTED_CORUN_SLOWDOWNS,
-                     RECEIVE_SHARES, "bytes", True))
+                     "bytes"))
 
 
 def parts(folder) -> list[tuple[int, int | None, Path, Path]]:
@@ -201,8 +197,7 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
     measured_corun = round(shared["corun_slowdown"], 4) if "corun_slowdown" in shared else cluster.corun_slowdown
     base = replace(cluster, latency=latency, send_cpu_share=0.0, receive_cpu_share=0.0, link_streams=1,
                    corun_slowdown=measured_corun, control_transfers=rule.control_transfers,
-                   ready_order=rule.ready_order, cpu_share_of=rule.cpu_share_of,
-                   latency_overlaps=rule.latency_overlaps)
+                   ready_order=rule.ready_order, cpu_share_of=rule.cpu_share_of)
     graph = load_graph(calibration / "graph.json.gz")
     if measured_from == "calibration":
         measured = report["transfer_fit"]["measured_step_us"]

@@ -29,7 +29,8 @@ and `fast.py` the compiled one the search uses):
   work there) and only then counts as arrived for its readers. With
   ``cpu_share_of: bytes`` both shares are of the bytes' time b / bandwidth
   alone: the latency is spent on the outgoing FIFO's side (the wire), and
-  an empty tensor takes no processor time.
+  an empty tensor takes no processor time. A cluster's ``transfer_cpu_us``
+  c adds c to what both shares are of, for every tensor with bytes.
 * Control edges between devices (a cluster's ``control_transfers``): each
   producer of control edges sends an empty tensor once to each device its
   control edges reach, queued with its outputs' transfers in the order of

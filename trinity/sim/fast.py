@@ -73,7 +73,7 @@ class Simulator:
             float(cluster.send_cpu_share), float(cluster.receive_cpu_share), float(cluster.corun_slowdown),
             float(cluster.step_sync_us),
             int(cluster.link_streams), cluster.cpu_share_of == "bytes", cluster.ready_order != "fifo",
-            cluster.ready_order == "lifo-arrivals-last", cluster.latency_overlaps,
+            cluster.ready_order == "lifo-arrivals-last", cluster.latency_overlaps, float(cluster.transfer_cpu_us),
         )
         self._memory = cluster.memory.astype(np.float64)
 
@@ -149,9 +149,11 @@ def _sort_members(members):
 
 
 @numba.njit(cache=True, inline="always")
-def _cpu_part(latency, bytes_time, share_of_bytes):
-    """The part of a transfer a CPU share is a share of: its whole time, or its bytes' alone."""
-    return bytes_time if share_of_bytes else latency + bytes_time
+def _cpu_part(latency, nbytes, bandwidth, share_of_bytes, per_transfer):
+    """The part of a transfer a CPU share is a share of: its whole time, or its bytes' alone; a tensor with
+    bytes adds the processors' fixed cost of a transfer (``per_transfer``)."""
+    fixed = per_transfer if nbytes > 0.0 else 0.0
+    return nbytes / bandwidth + fixed if share_of_bytes else latency + nbytes / bandwidth + fixed
 
 
 @numba.njit(cache=True, inline="always")
@@ -173,7 +175,7 @@ def _ready_readers(x, x_copy, copy_next, out_dst, waiting, compute_flag, compute
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
               temporary, indegree, out_ptr, out_dst, out_tensor, by_tensor, in_ptr, in_src, in_tensor, in_position, bandwidth,
               latency, cpu_share, receive_share, corun, sync_us, streams, share_of_bytes, lifo, arrivals_last,
-              overlaps):
+              overlaps, per_transfer):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
@@ -300,8 +302,8 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     x = v - n - x_cap
                     ds = x_src[x]
                     slot_item[d] = v
-                    left[d] = receive_share * _cpu_part(latency[ds, d], tensor_bytes[x_tensor[x]] / bandwidth[ds, d],
-                                                        share_of_bytes)
+                    left[d] = receive_share * _cpu_part(latency[ds, d], tensor_bytes[x_tensor[x]], bandwidth[ds, d],
+                                                        share_of_bytes, per_transfer)
                 elif v >= n:  # the CPU share of a transfer: the receiver's copy starts now
                     x = v - n
                     nbytes = tensor_bytes[x_tensor[x]]
@@ -309,8 +311,8 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     live[x_dst[x]] += nbytes
                     _mark(grown_flag, grown, x_dst[x])
                     slot_item[d] = v
-                    left[d] = cpu_share * _cpu_part(latency[d, x_dst[x]], nbytes / bandwidth[d, x_dst[x]],
-                                                    share_of_bytes)
+                    left[d] = cpu_share * _cpu_part(latency[d, x_dst[x]], nbytes, bandwidth[d, x_dst[x]],
+                                                    share_of_bytes, per_transfer)
                 else:
                     start[v] = now
                     busy[d] += duration[v]
@@ -484,8 +486,8 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
             local_refs[t] -= 1
             if local_refs[t] == 0:
                 live[ds] -= local_bytes[t]
-            if receive_share > 0.0 and _cpu_part(latency[ds, dd], tensor_bytes[t] / bandwidth[ds, dd],
-                                                 share_of_bytes) > 0.0:
+            if receive_share > 0.0 and _cpu_part(latency[ds, dd], tensor_bytes[t], bandwidth[ds, dd],
+                                                 share_of_bytes, per_transfer) > 0.0:
                 # the receiver's processor takes it up next (an empty tensor's bytes take it no time)
                 _make_ready(ready_head, ready_tail, ready_next, dd, n + x_cap + x, True)
                 _mark(compute_flag, compute, dd)

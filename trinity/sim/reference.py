@@ -84,10 +84,12 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
     share, receive_share = cluster.send_cpu_share, cluster.receive_cpu_share
 
     def cpu_part(src, dst, nbytes):
-        """What a CPU share of a transfer is a share of: its whole time, or its bytes' alone."""
+        """What a CPU share of a transfer is a share of: its whole time, or its bytes' alone; a tensor with
+        bytes adds the processors' fixed cost of a transfer."""
+        fixed = cluster.transfer_cpu_us if nbytes > 0 else 0.0
         if cluster.cpu_share_of == "bytes":
-            return nbytes / cluster.bandwidth[src, dst]
-        return cluster.transfer_us(src, dst, nbytes)
+            return nbytes / cluster.bandwidth[src, dst] + fixed
+        return cluster.transfer_us(src, dst, nbytes) + fixed
 
     def dispatch():
         nonlocal stretch
