@@ -9,7 +9,7 @@ placers' step times as the calibration measured them: nothing held out is read b
 simulated on each fit, and the setting with the smallest fit-set error is marked `chosen`: what a calibration
 that also fitted the terms would pick, judged on the held-out split strategies.
 
-    make validation-transfer-terms   # -> reports/validation_transfer_terms.csv (about 40 min)
+    make validation-transfer-terms   # -> reports/validation_transfer_terms.csv (about 35 min)
 """
 
 from __future__ import annotations
