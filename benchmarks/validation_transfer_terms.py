@@ -15,6 +15,7 @@ that also fitted the terms would pick, judged on the held-out split strategies.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import tempfile
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from trinity.errors import run_main
+from trinity.errors import TrinityError, run_main
 from trinity.fileio import read_yaml, write_yaml
 from trinity.runtime.resimulate import FIT_RULES, refit
 
@@ -44,6 +45,19 @@ def with_terms(src: Path, dst: Path, terms: dict) -> Path:
     return dst
 
 
+def parse_setting(text: str) -> tuple[bool, float]:
+    """``OVERLAPS:US`` (e.g. ``true:100``) as (latency_overlaps, transfer_cpu_us); anything else one line."""
+    flag, _, us = text.partition(":")
+    try:
+        cost = float(us)
+    except ValueError:
+        cost = -1.0
+    if flag.lower() not in ("true", "false") or not (math.isfinite(cost) and cost >= 0.0):
+        raise TrinityError(f"{text!r} is not OVERLAPS:US (true or false, then microseconds >= 0, e.g. true:100)",
+                           field="--settings")
+    return flag.lower() == "true", cost
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folders", nargs="*", default=["results/validate/inception_v3", "results/validate/nmt_2layer_s12"],
@@ -52,8 +66,11 @@ def main(argv=None) -> None:
                    help="settings to try instead of SETTINGS, e.g. false:0 true:100 (today's first)")
     p.add_argument("--csv", default="reports/validation_transfer_terms.csv")
     args = p.parse_args(argv)
-    settings = SETTINGS if args.settings is None else [
-        (flag.lower() == "true", float(us)) for flag, us in (s.split(":") for s in args.settings)]
+    settings = SETTINGS if args.settings is None else [parse_setting(s) for s in args.settings]
+    for folder in args.folders:  # before the first refit, not half an hour into them
+        if not (Path(folder) / "results.csv").is_file():
+            raise TrinityError("not a validation folder (the validate stage's outputs: `dvc pull` them)",
+                               source=folder, field="results.csv")
     today = FIT_RULES[-1]
     tables = []
     jobs = [(Path(folder), overlaps, us) for folder in args.folders for overlaps, us in settings]

@@ -1,12 +1,17 @@
 """benchmarks/validation_transfer_terms.py: today's fit rule under each setting of two transfer terms, on a
 hand-built validation."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from conftest import benchmark_script
 from test_resimulate import model_made_validation
 
+from trinity.errors import TrinityError
 from trinity.fileio import read_yaml
 
 
@@ -41,3 +46,26 @@ def test_the_terms_that_made_the_times_are_chosen_and_judge_the_held_out_exactly
     assert (table.iloc[:2]["fit_error"] > 0.01).all() and table.iloc[3]["link_streams"] > 1
     assert made["step_error_median"] == pytest.approx(0.0, abs=1e-12)
     assert made["rank_correlation"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("text", ["yes:100", "true", "true:", "true:-5", "false:nan", "true:inf", "1:0"])
+def test_a_malformed_setting_is_refused_naming_the_option(text):
+    terms = benchmark_script("validation_transfer_terms")
+    with pytest.raises(TrinityError, match=r"^--settings: .* is not OVERLAPS:US"):
+        terms.parse_setting(text)
+
+
+def test_settings_parse_both_terms():
+    terms = benchmark_script("validation_transfer_terms")
+    assert [terms.parse_setting(t) for t in ("TRUE:100", "false:0", "true:12.5")] == [
+        (True, 100.0), (False, 0.0), (True, 12.5)]
+
+
+@pytest.mark.parametrize("args, named", [(["--settings", "true:x"], "--settings"), ([], "results.csv")])
+def test_bad_input_is_one_line_before_any_refit(tmp_path, args, named):
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "validation_transfer_terms.py"),
+                        str(tmp_path / "none"), *args, "--csv", str(tmp_path / "out.csv")],
+                       capture_output=True, text=True, cwd=root, timeout=120)
+    assert r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "out.csv").exists()
