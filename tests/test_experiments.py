@@ -172,3 +172,14 @@ def test_the_commit_counts_changed_code_not_the_outputs_the_run_rewrites(tmp_pat
     git("checkout", "experiments")
     (tmp_path / "trinity" / "a.py").write_text("changed\n")
     assert provenance.commit(tmp_path) == f"{head} + uncommitted changes"
+
+
+@pytest.mark.parametrize("argv0, frozen", [("pipeline/search.py", "True"), ("trinity", "False")])
+def test_a_stage_script_leaves_its_heap_to_the_process_end(argv0, frozen):
+    """A stage script's last exit handler freezes the heap, so the interpreter's teardown does not collect it
+    (1-2 s a job); any other program importing the stages keeps its collector."""
+    code = ("import atexit, gc, sys; sys.argv = [sys.argv[1]]; import trinity.stages; atexit._run_exitfuncs(); "
+            "print(gc.get_freeze_count() > 0)")
+    done = subprocess.run([sys.executable, "-c", code, argv0], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == frozen

@@ -2,7 +2,9 @@
 
 `ShapedNodes(n_nodes, link)` builds, for one run, a star network of namespaces:
 
-* node i is namespace ``<tag>n<i>`` with one interface ``eth0`` (10.77.i.2/24, default route via the hub);
+* node i is namespace ``<tag>n<i>`` with one interface ``eth0`` (10.77.i.2/24, a route to the other nodes'
+  10.77.0.0/16 via the hub and none beyond: a name lookup, which torch makes of the master's address, then
+  fails at once where a default route would wait out the resolver's 5 s timeout on a query nobody answers);
 * the hub is namespace ``<tag>hub`` holding every veth peer ``n<i>`` (10.77.i.1/24) and routing between
   them (``ip_forward``), as a switch would;
 * both ends of every veth are shaped on egress: ``tbf`` at the link's bandwidth (so concurrent transfers
@@ -184,7 +186,7 @@ class ShapedNodes:
             _sh("ip", "-n", self.hub, "addr", "add", f"10.77.{i}.1/24", "dev", port)
             _sh("ip", "-n", ns, "link", "set", self.interface, "up")
             _sh("ip", "-n", self.hub, "link", "set", port, "up")
-            _sh("ip", "-n", ns, "route", "add", "default", "via", f"10.77.{i}.1")
+            _sh("ip", "-n", ns, "route", "add", "10.77.0.0/16", "via", f"10.77.{i}.1")
             self._shape(ns, self.interface)
             self._shape(self.hub, port)
 
