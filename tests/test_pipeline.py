@@ -202,12 +202,14 @@ def test_dvc_says_nothing_to_reproduce_and_shows_metrics_and_plots(smoke):
 
 
 def test_one_changed_search_parameter_reruns_only_what_depends_on_it(smoke):
+    """The regime's runtime-only control: its one search and the report, not the other methods' searches
+    sharing its stage (nor the validation, whose real runs read only the main cases' searches)."""
     params = yaml.safe_load((smoke / "params.yaml").read_text())
-    params["methods"]["trinity"]["search"]["agent"]["lr"] = 0.002
+    params["methods"]["trinity-runtime"]["search"]["agent"]["lr"] = 0.002
     (smoke / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     repro = sh(BIN / "dvc", "repro", cwd=smoke).stdout
     ran = {line.split("'")[1] for line in repro.splitlines() if line.startswith("Running stage")}
-    assert ran == {"search@tiny_cnn-p100x2-trinity-0", "validate@tiny_cnn", "report"}, repro
+    assert ran == {"search_regime@layered12-p100x2-trinity-runtime-0", "report"}, repro
 
 
 def test_the_notebook_rebuilds_the_comparison_from_mlflow(smoke):
@@ -309,7 +311,7 @@ def test_a_real_tracking_server_gets_the_runs(smoke, tmp_path):
 
 def test_a_killed_search_resumes_from_its_checkpoint_in_the_same_run(smoke):
     args = ["job.model=tiny_cnn", "job.cluster=p100x2", "job.method=hierarchical", "paths.results=resume",
-            "mlflow.experiment=resume", "methods.hierarchical.search.iterations=1000",
+            "mlflow.experiment=resume", "methods.hierarchical.search.iterations=200",
             "methods.hierarchical.search.checkpoint_every=1"]
     before = set((smoke / "runs").glob("*"))
     proc = subprocess.Popen([sys.executable, smoke.parents[1] / "pipeline" / "search.py", "-cd", ".", "-cn", "params",
