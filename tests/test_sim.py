@@ -357,6 +357,24 @@ def test_fast_equals_reference_on_random_dags(seed):
     assert fast.step_time_us >= fast.lower_bound_us - 1e-9
 
 
+def test_a_simulator_moved_to_other_transfer_terms_equals_one_built_there():
+    """`Simulator.on` keeps the op times and bound and takes the rest from the new cluster: every cluster of
+    three devices above, reached from plain links, simulates as a simulator built on it does."""
+    graph = random_dag(20, 0.3, seed=7)
+    plain = _shared(3)
+    start = Simulator(graph, plain)
+    for cluster in [c for c in CLUSTERS if c.devices == plain.devices]:
+        placement = place("random", graph, cluster, seed=3).placement
+        moved, built = start.on(cluster).simulate(placement, trace=True), Simulator(graph, cluster).simulate(
+            placement, trace=True)
+        assert moved.step_time_us == built.step_time_us and moved.lower_bound_us == built.lower_bound_us
+        np.testing.assert_array_equal(moved.op_end, built.op_end)
+        np.testing.assert_array_equal(moved.transfers, built.transfers)
+    assert start.cluster is plain  # the one it was moved from is as it was
+    with pytest.raises(ValueError, match="other devices"):
+        start.on(_shared(2))
+
+
 @pytest.mark.parametrize("n_dev", [63, 64, 65, 128, 1024])
 def test_fast_equals_reference_past_64_devices(n_dev):
     """Devices past 63 once fell out of an int64 bit mask (a 64-device step time was 0)."""

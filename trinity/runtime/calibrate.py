@@ -355,17 +355,21 @@ def fit_transfer_model(graph: OpGraph, cluster: Cluster, placements: list[np.nda
     a lone round trip's latency, or more where the workers' one thread also serves the RPCs. Only 1
     is tried by default (`LATENCY_SCALES`): on five placers a fitted scale and the share stand in
     for each other."""
+    from trinity.placement import check_placement
     from trinity.sim import Simulator
 
     if objective not in OBJECTIVES:
         raise TrinityError(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}", field="objective")
     coruns = [None, *sorted(float(c) for c in corun_slowdowns or ())]  # None first: the measured one wins ties
     best = (np.inf,)
+    # the grid changes transfer terms only: op times, bound and placements are checked and computed once
+    base = Simulator(graph, cluster)
+    placements = [check_placement(graph, cluster, p) for p in placements]
     grid = itertools.product(shares, latency_scales, link_streams, enumerate(coruns), receive_shares)
     for share, scale, streams, (rank, corun), receive in grid:
         fit = TransferFit(float(share), float(scale), int(streams), 0.0, corun, float(receive))
-        sim = Simulator(graph, fit.apply(cluster))
-        errors = [abs(sim.simulate(p).step_time_us - m) / m for p, m in zip(placements, measured_us)]
+        sim = base.on(fit.apply(cluster))
+        errors = [abs(sim.simulate(p, check=False).step_time_us - m) / m for p, m in zip(placements, measured_us)]
         # the key's order after the error is the tie rule above
         best = min(best, (float(OBJECTIVES[objective](errors)), float(share), float(scale), int(streams), rank,
                           float(receive)))

@@ -20,6 +20,8 @@ with ``lifo-arrivals-last``), outgoing transfers in FIFO ones.
 
 from __future__ import annotations
 
+import copy
+
 import numba
 import numpy as np
 
@@ -35,10 +37,25 @@ class Simulator:
     """Simulates placements of one graph on one cluster."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, times: np.ndarray | None = None):
-        self.graph, self.cluster = graph, cluster
-        a = graph.arrays
+        self.graph = graph
         self.times = op_times(graph, cluster) if times is None else np.ascontiguousarray(times, np.float64)
         self.lower_bound_us = lower_bound(graph, self.times, cluster.n_devices)
+        self._lay_out(cluster)
+
+    def on(self, cluster: Cluster) -> "Simulator":
+        """This graph on ``cluster``, whose devices are this simulator's: its op times and bound are kept, the
+        rest (transfer terms, the schedule's rules) is ``cluster``'s. A fit over transfer terms builds one per
+        grid point, and the op times and bound are most of building one."""
+        if cluster.devices != self.cluster.devices:
+            raise ValueError(f"cluster {cluster.name!r} has other devices than {self.cluster.name!r}")
+        other = copy.copy(self)
+        other._lay_out(cluster)
+        return other
+
+    def _lay_out(self, cluster: Cluster) -> None:
+        """The arrays the event loop reads, for ``cluster``."""
+        graph, a = self.graph, self.graph.arrays
+        self.cluster = cluster
         owner, edge_tensor = a.tensor_owner, a.edge_tensor
         tensor_bytes = a.tensor_bytes.astype(np.float64)
         if cluster.control_transfers:
