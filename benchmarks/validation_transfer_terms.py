@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from trinity.errors import TrinityError, run_main
 from trinity.fileio import read_yaml, write_yaml
-from trinity.runtime.resimulate import FIT_RULES, refit
+from trinity.runtime.resimulate import FIT_RULES, parts, refit
 
 #: (latency_overlaps, transfer_cpu_us) settings tried; the first is today's calibration
 SETTINGS = ((False, 0.0), (True, 0.0), (False, 100.0), *((True, us) for us in (50.0, 100.0, 150.0, 200.0)))
@@ -67,10 +67,8 @@ def main(argv=None) -> None:
     p.add_argument("--csv", default="reports/validation_transfer_terms.csv")
     args = p.parse_args(argv)
     settings = SETTINGS if args.settings is None else [parse_setting(s) for s in args.settings]
-    for folder in args.folders:  # before the first refit, not half an hour into them
-        if not (Path(folder) / "results.csv").is_file():
-            raise TrinityError("not a validation folder (the validate stage's outputs: `dvc pull` them)",
-                               source=folder, field="results.csv")
+    for folder in args.folders:
+        parts(folder)  # a folder that is no validation is refused before the first refit, not half an hour in
     today = FIT_RULES[-1]
     tables = []
     jobs = [(Path(folder), overlaps, us) for folder in args.folders for overlaps, us in settings]

@@ -23,7 +23,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from trinity.cluster import Cluster, load_cluster
-from trinity.errors import TrinityError, run_main
+from trinity.errors import run_main
 from trinity.runtime.resimulate import parts, resimulate_part
 from trinity.runtime.validate import error_summary, fit_set_rows
 
@@ -92,9 +92,7 @@ def main(argv=None) -> None:
     p.add_argument("--csv", default="reports/validation_what_if.csv")
     args = p.parse_args(argv)
     for folder in args.folders:
-        if not (Path(folder) / "results.csv").is_file():
-            raise TrinityError("not a validation folder (the validate stage's outputs: `dvc pull` them)",
-                               source=folder, field="results.csv")
+        parts(folder)  # a folder that is no validation is refused before any work starts
     table = what_if(args.folders)
     table.to_csv(args.csv, index=False)
     wide = table.assign(cell=[f"{m:.1%}/{r:.2f}/{f:.1%}" for m, r, f in
