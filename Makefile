@@ -7,7 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -230,6 +230,18 @@ search-default-portfolio: params  ## Trinity from scratch with racers of differe
 	  --variant 'metis+breadth={"race_agents": [{}, {"policy": {"locality_order": "breadth"}}]}' \
 	  --variant 'metis+breadth+bisection={"racers": 3, "race_agents": [{}, {"policy": {"locality_order": "breadth"}}, {"policy": {"locality_order": "bisection"}}]}' \
 	  --variant 'metis+metis+breadth={"racers": 3, "race_agents": [{}, {}, {"policy": {"locality_order": "breadth"}}]}'
+
+# Groups from a recursive bisection with the block prior on devices: samples start on the bisection's own
+# balanced split (README's *The block prior on bisection groups*); default rows are this run's, not the pipeline's
+BISECTION_BLOCK = "race_agents": [], "policy": {"locality_order": "bisection", "block_prior"
+search-default-block-prior: params  ## bisection groups + block prior 3 and 1 against the default, on the default cases (~36 min)
+	$(PY) benchmarks/search_default_cases.py --only 'inception_v3 p100x2' --csv reports/search_default_block_prior_p100x2.csv \
+	  --variant 'default={}' --variant 'metis+bisection-block3={"race_agents": [{}, {"policy": {"locality_order": "bisection", "block_prior": 3}}]}' \
+	  --variant 'bisection-block3={$(BISECTION_BLOCK): 3}}'
+	$(PY) benchmarks/search_default_cases.py --only p100x4 --csv reports/search_default_block_prior_p100x4.csv \
+	  --variant 'default={}' --variant 'bisection-block3={$(BISECTION_BLOCK): 3}}'
+	$(PY) benchmarks/search_default_cases.py --only 'inception_v3 p100' --csv reports/search_default_block_prior1.csv \
+	  --variant 'bisection-block1={$(BISECTION_BLOCK): 1}}'
 
 # Hierarchical from scratch at Trinity's 300 iterations (the default experiment gives it 100): equal budgets
 search-hierarchical-budget: params  ## Hierarchical from scratch at 300 iterations on the default cases (~15 min)
