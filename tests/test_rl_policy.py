@@ -130,6 +130,40 @@ def test_priors_start_groups_contiguous_and_blocks_on_devices():
     assert log_sched.argmax(1).tolist() == [0, 0, 1, 1]
 
 
+def test_a_fading_block_prior_weighs_in_by_the_sampled_scale_and_scores_as_sampled():
+    """``block_scale`` multiplies the block prior in the schedule's logits (by hand: group g of 4 on 2 devices
+    has prior -b * |d + 1/2 - (g + 1/2) / 2|, so -b * (1/4, 5/4) for g = 0 and scale s moves the log-odds of
+    device 1 over device 0 by -s * b * (1, 1/2, -1/2, -1) for g = 0..3), and a batch is scored at the scale it
+    was sampled at."""
+    _, _, policy = make_policy(k=4, devices=2, decoder="parallel", block_prior=2.0)
+    _, _, bare = make_policy(k=4, devices=2, decoder="parallel")  # the same weights (seed 0), no prior
+    policy.eval(), bare.eval()
+    for scale in (1.0, 0.25, 0.0):
+        strategy = policy.sample(3, torch.Generator().manual_seed(0), block_scale=scale)
+        _, log_sched = policy.one_pass(strategy)
+        _, plain = bare.one_pass(replace(strategy, block_scale=1.0))
+        odds = (log_sched[:, 1] - log_sched[:, 0]) - (plain[:, 1] - plain[:, 0])
+        torch.testing.assert_close(odds, -scale * 2.0 * torch.tensor([1.0, 0.5, -0.5, -1.0]), rtol=0, atol=1e-5)
+        logp, _ = policy.log_prob(strategy)
+        torch.testing.assert_close(logp, strategy.logp, rtol=1e-5, atol=1e-5)
+
+
+def test_the_agent_fades_the_block_prior_over_its_steps():
+    """TrinityAgent samples at scale 1 - iteration / block_prior_steps, floored at 0, and its own choice
+    (no iteration) with the prior gone; without steps the prior stays whole."""
+    g = small_graph()
+    ctx = AgentContext(seed=0, reward=MDPEConfig(), warm_start=False, features=op_features(g, embedding_dim=4))
+
+    def agent(**policy):
+        return TrinityAgent(g, load_cluster("p100x2"), TrinityOptions(num_groups=4, policy=PolicyConfig(
+            block_prior=3.0, **policy)), ctx)
+
+    fading, whole = agent(block_prior_steps=8), agent()
+    scales = [fading.sample(2, torch.Generator().manual_seed(0), it).data.block_scale for it in (0, 2, 8, 20, None)]
+    assert scales == [1.0, 0.75, 0.0, 0.0, 0.0]
+    assert whole.sample(2, torch.Generator().manual_seed(0), 5).data.block_scale == 1.0
+
+
 @pytest.mark.parametrize("order", ["breadth", "depth", "metis"])
 def test_locality_prior_follows_levels_branches_or_min_cut_parts(order):
     """A fork s -> (b0..b3 | c0..c3) -> t, ops listed s, t, then the branches interleaved: breadth first,

@@ -39,7 +39,7 @@ priors can give the samples structure from the first iteration: groups start
 as contiguous stretches of a topological order or, from scratch by default, as
 the parts of a min-cut partition of the graph (``topo_prior``,
 ``locality_order``), and blocks of consecutive groups start on the same device
-(``block_prior``, off by default: it breaks the symmetry between
+(``block_prior``, off by default, fading over ``block_prior_steps``: it breaks the symmetry between
 interchangeable devices that independent per-group choices cannot, but on
 InceptionV3 it held the search far above one device; see the README's
 ablation). Free logits per (unit, group) and per (group, device)
@@ -112,6 +112,10 @@ class PolicyConfig:
     #: pipeline would split them. 0 by default: at 3 it broke the symmetry between interchangeable devices
     #: but held InceptionV3's searches 50-160% above one device (README's ablation); tiny graphs need it
     block_prior: float = 0.0
+    #: the block prior fades linearly to 0 over this many iterations (0: it stays): samples start on the
+    #: blocks, and the policy is free to leave them once it has learned where they serve (README's *The block
+    #: prior on bisection groups*)
+    block_prior_steps: int = 0
 
     def __post_init__(self):
         if self.decoder not in ("parallel", "sequential"):
@@ -119,6 +123,8 @@ class PolicyConfig:
         if self.locality_order not in (None, *LOCALITY_ORDERS):
             raise ValueError(f"policy.locality_order must be one of {', '.join(LOCALITY_ORDERS)}, "
                              f"got {self.locality_order!r}")
+        if self.block_prior_steps < 0:
+            raise ValueError(f"policy.block_prior_steps must be >= 0, got {self.block_prior_steps}")
         if self.group_logits and self.decoder != "parallel":
             raise ValueError("policy.group_logits needs policy.decoder=parallel")
 
@@ -146,6 +152,8 @@ class SampledStrategies:
     #: the parallel decoder's distributions as sampled, with their autograd graph (``keep_graph``): the
     #: update's first pass reuses them instead of recomputing the same values
     distributions: tuple[torch.Tensor, torch.Tensor] | None = None
+    #: the block prior's weight when sampled (`PolicyConfig.block_prior_steps`; parallel decoder)
+    block_scale: float = 1.0
 
     def placements(self, unit_of_op: np.ndarray) -> np.ndarray:
         """int64[B, N] device of every op."""
@@ -328,8 +336,8 @@ class PlacementPolicy(nn.Module):
         sched = self._squash(self._attend(enc, enc))[0] + on_devices[0]
         if self.group_logits is not None:
             sched = sched + self.group_logits
-        if self._block_prior is not None:
-            sched = sched + self._block_prior
+        if self._block_prior is not None and strategy.block_scale > 0:
+            sched = sched + strategy.block_scale * self._block_prior
         if explore > 0:
             strategy.temperature = exploring_temperature(part.detach(), sched.detach(), explore)
         t = strategy.temperature
@@ -356,7 +364,7 @@ class PlacementPolicy(nn.Module):
     # ------------------------------------------------------------- sampling
     @torch.no_grad()
     def sample(self, batch: int, generator: torch.Generator, noise: float = 0.0, keep_graph: bool = False,
-               explore: float = 0.0) -> SampledStrategies:
+               explore: float = 0.0, block_scale: float = 1.0) -> SampledStrategies:
         """Sample ``batch`` strategies; ``noise`` adds U(-noise, noise) to every logit (exploration);
         ``explore`` (parallel decoder) raises the temperature until a sample is expected to put that many
         units off their likeliest device.
@@ -371,7 +379,7 @@ class PlacementPolicy(nn.Module):
         strategy = SampledStrategies(torch.zeros(batch, self.ug.n_units, dtype=torch.long),
                                      torch.zeros(batch, k, dtype=torch.long),
                                      dropout_seed=dropout_seed if self.training else None, noise_seed=noise_seed,
-                                     noise=noise)
+                                     noise=noise, block_scale=block_scale)
         if self.cfg.decoder == "parallel":
             with torch.set_grad_enabled(keep_graph):
                 log_part, log_sched = self.one_pass(strategy, explore)

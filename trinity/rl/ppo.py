@@ -220,8 +220,11 @@ class TrinityAgent(TwoLevelAgent):
         # sequential one recomputes PPO's old log-probabilities exactly as the update computes the new ones
         # at most one unit in 12: 8 units of layered12's 12 would leave most of its graph random in every sample
         explore = min(self.options.explore, self.units.n_units / 12) if iteration is not None else 0.0
+        steps = self.options.policy.block_prior_steps
+        # the policy's own choice (no iteration) reads it faded
+        block_scale = 1.0 if not steps else 0.0 if iteration is None else max(0.0, 1.0 - iteration / steps)
         strategy = self.policy.sample(batch, generator, noise, keep_graph=parallel and iteration is not None,
-                                      explore=explore)
+                                      explore=explore, block_scale=block_scale)
         if iteration is not None and not parallel:
             with torch.no_grad():
                 strategy.logp = self.policy.log_prob(strategy)[0]
