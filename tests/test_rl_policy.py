@@ -197,6 +197,8 @@ def test_metis_parts_cover_every_group_once_there_are_more_groups_than_units():
 def test_an_unknown_locality_order_is_refused():
     with pytest.raises(ValueError, match="policy.locality_order must be one of breadth, depth, metis"):
         PolicyConfig(locality_order="random")
+    with pytest.raises(ValueError, match="policy.block_prior_steps must be >= 0, got -1"):
+        PolicyConfig(block_prior_steps=-1)
 
 
 def test_a_graph_priced_by_kind_only_is_not_cost_blind():
