@@ -234,7 +234,7 @@ search-default-portfolio: params  ## Trinity from scratch with racers of differe
 # Groups from a recursive bisection with the block prior on devices: samples start on the bisection's own
 # balanced split (README's *The block prior on bisection groups*); default rows are this run's, not the pipeline's
 BISECTION_BLOCK = "race_agents": [], "policy": {"locality_order": "bisection", "block_prior"
-search-default-block-prior: params  ## bisection groups + block prior (3, 1, 3 fading) against the default, on the default cases (~56 min)
+search-default-block-prior: params  ## bisection groups + block prior (3, 1, 3 fading, 3 learned) against the default, on the default cases (~63 min)
 	$(PY) benchmarks/search_default_cases.py --only 'inception_v3 p100x2' --csv reports/search_default_block_prior_p100x2.csv \
 	  --variant 'default={}' --variant 'metis+bisection-block3={"race_agents": [{}, {"policy": {"locality_order": "bisection", "block_prior": 3}}]}' \
 	  --variant 'bisection-block3={$(BISECTION_BLOCK): 3}}'
@@ -245,6 +245,8 @@ search-default-block-prior: params  ## bisection groups + block prior (3, 1, 3 f
 	$(PY) benchmarks/search_default_cases.py --only 'inception_v3 p100' --csv reports/search_default_block_prior_fade.csv \
 	  --variant 'bisection-block3-fade120={$(BISECTION_BLOCK): 3, "block_prior_steps": 120}}' \
 	  --variant 'metis+bisection-block3-fade120={"race_agents": [{}, {"policy": {"locality_order": "bisection", "block_prior": 3, "block_prior_steps": 120}}]}'
+	$(PY) benchmarks/search_default_cases.py --only 'inception_v3 p100' --csv reports/search_default_block_prior_learned.csv \
+	  --variant 'bisection-block3-learned={$(BISECTION_BLOCK): 3, "block_prior_learned": true}}'
 
 # Hierarchical from scratch at Trinity's 300 iterations (the default experiment gives it 100): equal budgets
 search-hierarchical-budget: params  ## Hierarchical from scratch at 300 iterations on the default cases (~15 min)

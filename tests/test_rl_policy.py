@@ -148,6 +148,21 @@ def test_a_fading_block_prior_weighs_in_by_the_sampled_scale_and_scores_as_sampl
         torch.testing.assert_close(logp, strategy.logp, rtol=1e-5, atol=1e-5)
 
 
+def test_a_learned_block_prior_starts_at_its_strength_and_learns_it():
+    """``block_prior_learned``: the strength is a parameter, starting at ``block_prior`` (the same log-odds as
+    the fixed prior), that the loss moves: raising the likelihood of every group on device 1 lowers it."""
+    _, _, fixed = make_policy(k=4, devices=2, decoder="parallel", block_prior=2.0)
+    _, _, learned = make_policy(k=4, devices=2, decoder="parallel", block_prior=2.0, block_prior_learned=True)
+    fixed.eval(), learned.eval()
+    assert float(learned.block_strength) == 2.0 and fixed.block_strength is None
+    assert any(p is learned.block_strength for p in learned.parameters())
+    strategy = learned.sample(1, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(learned.one_pass(strategy)[1], fixed.one_pass(strategy)[1], rtol=0, atol=1e-6)
+    loss = -learned.one_pass(strategy)[1][:, 1].sum()  # every group on device 1: the blocks stand in the way
+    loss.backward()
+    assert float(learned.block_strength.grad) > 0  # so gradient descent weakens them
+
+
 def test_the_agent_fades_the_block_prior_over_its_steps():
     """TrinityAgent samples at scale 1 - iteration / block_prior_steps, floored at 0, and its own choice
     (no iteration) with the prior gone; without steps the prior stays whole."""
@@ -199,6 +214,8 @@ def test_an_unknown_locality_order_is_refused():
         PolicyConfig(locality_order="random")
     with pytest.raises(ValueError, match="policy.block_prior_steps must be >= 0, got -1"):
         PolicyConfig(block_prior_steps=-1)
+    with pytest.raises(ValueError, match="policy.block_prior_learned needs a policy.block_prior"):
+        PolicyConfig(block_prior_learned=True)
 
 
 def test_a_graph_priced_by_kind_only_is_not_cost_blind():

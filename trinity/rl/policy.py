@@ -39,7 +39,7 @@ priors can give the samples structure from the first iteration: groups start
 as contiguous stretches of a topological order or, from scratch by default, as
 the parts of a min-cut partition of the graph (``topo_prior``,
 ``locality_order``), and blocks of consecutive groups start on the same device
-(``block_prior``, off by default, fading over ``block_prior_steps``: it breaks the symmetry between
+(``block_prior``, off by default, fading over ``block_prior_steps`` or learned: it breaks the symmetry between
 interchangeable devices that independent per-group choices cannot, but on
 InceptionV3 it held the search far above one device; see the README's
 ablation). Free logits per (unit, group) and per (group, device)
@@ -116,6 +116,9 @@ class PolicyConfig:
     #: blocks, and the policy is free to leave them once it has learned where they serve (README's *The block
     #: prior on bisection groups*)
     block_prior_steps: int = 0
+    #: the block prior's strength is a parameter PPO learns, from ``block_prior``: the policy can strengthen
+    #: the blocks where they serve the graph and drop them where gathering does
+    block_prior_learned: bool = False
 
     def __post_init__(self):
         if self.decoder not in ("parallel", "sequential"):
@@ -125,6 +128,8 @@ class PolicyConfig:
                              f"got {self.locality_order!r}")
         if self.block_prior_steps < 0:
             raise ValueError(f"policy.block_prior_steps must be >= 0, got {self.block_prior_steps}")
+        if self.block_prior_learned and not self.block_prior:
+            raise ValueError("policy.block_prior_learned needs a policy.block_prior to start from")
         if self.group_logits and self.decoder != "parallel":
             raise ValueError("policy.group_logits needs policy.decoder=parallel")
 
@@ -255,6 +260,9 @@ class PlacementPolicy(nn.Module):
         self._prior = -topo_prior * centre.abs() if topo_prior else None  # [U, k], fixed
         block = torch.arange(n_devices)[None] + 0.5 - n_devices * (torch.arange(k)[:, None] + 0.5) / k
         self._block_prior = -cfg.block_prior * block.abs() if cfg.block_prior else None  # [k, D], fixed
+        learned = cfg.block_prior and cfg.block_prior_learned
+        self.block_strength = nn.Parameter(torch.tensor(float(cfg.block_prior))) if learned else None
+        self._block_shape = -block.abs()
         group_features = cfg.type_embedding + unit_graph.numeric.shape[1] + 1 + k
         # The k-long adjacency dominates the group embedding; a linear projection keeps the
         # encoder's recurrent input small (the LSTM is the cost of every update on a CPU).
@@ -336,7 +344,9 @@ class PlacementPolicy(nn.Module):
         sched = self._squash(self._attend(enc, enc))[0] + on_devices[0]
         if self.group_logits is not None:
             sched = sched + self.group_logits
-        if self._block_prior is not None and strategy.block_scale > 0:
+        if self.block_strength is not None:
+            sched = sched + strategy.block_scale * self.block_strength * self._block_shape
+        elif self._block_prior is not None and strategy.block_scale > 0:
             sched = sched + strategy.block_scale * self._block_prior
         if explore > 0:
             strategy.temperature = exploring_temperature(part.detach(), sched.detach(), explore)

@@ -264,7 +264,9 @@ class TrinityAgent(TwoLevelAgent):
                 "losses/grad_norm": float(grad_norm), **{f"losses/{k}": v for k, v in stats.items()},
                 "charts/lr": self.optimizer.param_groups[0]["lr"], "charts/baseline": float(self.baseline.value),
                 "charts/noise": strategy.noise, "charts/temperature": float(strategy.temperature),
-                "losses/self_imitation": float(imitation.detach())}
+                "losses/self_imitation": float(imitation.detach()),
+                **({"charts/block_strength": float(self.policy.block_strength.detach())}
+                   if self.policy.block_strength is not None else {})}
 
     def _relabelled(self, strategy):
         """The batch with its devices relabelled (``relabel``), and their log-probabilities under the
