@@ -259,10 +259,10 @@ class PlacementPolicy(nn.Module):
             centre = torch.arange(k, dtype=torch.float32)[None] + 0.5 - k * unit_graph.rank(order)[:, None]
         self._prior = -topo_prior * centre.abs() if topo_prior else None  # [U, k], fixed
         block = torch.arange(n_devices)[None] + 0.5 - n_devices * (torch.arange(k)[:, None] + 0.5) / k
-        self._block_prior = -cfg.block_prior * block.abs() if cfg.block_prior else None  # [k, D], fixed
-        learned = cfg.block_prior and cfg.block_prior_learned
-        self.block_strength = nn.Parameter(torch.tensor(float(cfg.block_prior))) if learned else None
-        self._block_shape = -block.abs()
+        self._block_shape = -block.abs()  # [k, D]; the prior is strength x shape
+        # a float, or a parameter PPO moves (``block_prior_learned``); 0: no prior
+        self.block_strength = (nn.Parameter(torch.tensor(float(cfg.block_prior))) if cfg.block_prior_learned
+                               else cfg.block_prior)
         group_features = cfg.type_embedding + unit_graph.numeric.shape[1] + 1 + k
         # The k-long adjacency dominates the group embedding; a linear projection keeps the
         # encoder's recurrent input small (the LSTM is the cost of every update on a CPU).
@@ -344,10 +344,8 @@ class PlacementPolicy(nn.Module):
         sched = self._squash(self._attend(enc, enc))[0] + on_devices[0]
         if self.group_logits is not None:
             sched = sched + self.group_logits
-        if self.block_strength is not None:
-            sched = sched + strategy.block_scale * self.block_strength * self._block_shape
-        elif self._block_prior is not None and strategy.block_scale > 0:
-            sched = sched + strategy.block_scale * self._block_prior
+        if self.cfg.block_prior and strategy.block_scale > 0:
+            sched = sched + strategy.block_scale * (self.block_strength * self._block_shape)
         if explore > 0:
             strategy.temperature = exploring_temperature(part.detach(), sched.detach(), explore)
         t = strategy.temperature

@@ -266,7 +266,7 @@ class TrinityAgent(TwoLevelAgent):
                 "charts/noise": strategy.noise, "charts/temperature": float(strategy.temperature),
                 "losses/self_imitation": float(imitation.detach()),
                 **({"charts/block_strength": float(self.policy.block_strength.detach())}
-                   if self.policy.block_strength is not None else {})}
+                   if self.policy.cfg.block_prior_learned else {})}
 
     def _relabelled(self, strategy):
         """The batch with its devices relabelled (``relabel``), and their log-probabilities under the
