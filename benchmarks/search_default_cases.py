@@ -5,7 +5,8 @@ and the paper's regime (its model, cluster and reward tolerances), and runs Trin
 `search` and `search_regime` stages do (the pipeline's profiled graph and embed-stage features, the same
 budget), with ``--agent`` merged over the method's own options, outside DVC: nothing of `results/` is
 touched. Writes one row per case and seed with the variant's best step time, its busiest device's share of
-compute, its reward (the objective the search maximised), peak memory and search seconds, beside the
+compute, its reward (the objective the search maximised), peak memory, search seconds and (with
+``policy.block_prior_learned``) the block prior's strength where the search ended, beside the
 committed run's (`results/**/<cluster>-trinity-s<seed>.metrics.json`), and prints the means. ``--loop``
 sets the loop under every variant (e.g. the budget an older table ran at). With no ``--agent`` it
 reproduces the committed runs to the last digit (a check that it runs what the pipeline runs). E.g.
@@ -121,6 +122,9 @@ def main() -> None:
             s = Search(graph, cluster, cfg, tmp, features=features, progress=False)
             best = s.run()
             seconds = s.seconds
+            # a learned block prior's strength where the search ended (`policy.block_prior_learned`)
+            strength = {"block_strength": s.history[-1]["charts/block_strength"]} \
+                if s.history and "charts/block_strength" in s.history[-1] else {}
             s.close()
         sim = Simulator(graph, cluster)
         res = sim.simulate(best.placement, check=False)
@@ -136,7 +140,7 @@ def main() -> None:
         rows.append({**({"variant": label} if args.variant else {}), "case": name(model, cluster_name, reward),
                      "seed": seed, "step_time_ms": res.step_time_us / 1e3, "busiest_share": res.busiest_share,
                      "reward": best.reward, "peak_memory_GB": res.max_memory_bytes / 1e9,
-                     "search_seconds": seconds, **peer, "committed_step_time_ms": committed.get("step_time_ms"),
+                     "search_seconds": seconds, **strength, **peer, "committed_step_time_ms": committed.get("step_time_ms"),
                      "committed_busiest_share": committed.get("busiest_share"),
                      "committed_search_seconds": committed.get("search_seconds")})
         pd.DataFrame(rows).to_csv(args.csv, index=False)
