@@ -10,7 +10,10 @@ op-placement cases (with their rewards, the regime's own) and on the synthetic g
 (its development set and the fresh, held-out one); whether the choice was right is read against the searches'
 CSVs in the README.
 
-    python benchmarks/basin_probe.py --csv reports/basin_probe.csv   # needs `make repro`'s data/ (about 2 min)
+    python benchmarks/basin_probe.py --csv reports/basin_probe.csv   # needs `make repro`'s data/ (about 10 s)
+
+``--op-costs cluster`` cuts the bisection by the cluster's op costs, as a racer with ``op_costs: cluster`` does
+(InceptionV3: its blocks are then METIS's own split, or close to it).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from trinity.cluster import load_cluster  # noqa: E402
+from trinity.costs import op_times  # noqa: E402
 from trinity.errors import run_main  # noqa: E402
 from trinity.features import OpFeatures, op_features  # noqa: E402
 from trinity.graph import load_graph  # noqa: E402
@@ -35,9 +39,11 @@ from trinity.rl.policy import UnitGraph  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
 
 
-def probe(graph, features, cluster, reward: MDPEConfig, k: int) -> dict:
-    """Both starts' step times (ms) and rewards, and the basin the higher reward picks."""
-    ug, sim = UnitGraph(graph, features), Simulator(graph, cluster)
+def probe(graph, features, cluster, reward: MDPEConfig, k: int, op_costs: str = "profile") -> dict:
+    """Both starts' step times (ms) and rewards, and the basin the higher reward picks; ``op_costs``: the parts cut
+    by the profile's op costs (as the policy's groups by default) or the cluster's (`op_costs: cluster`)."""
+    times = op_times(graph, cluster).mean(axis=1) if op_costs == "cluster" else None
+    ug, sim = UnitGraph(graph, features, times), Simulator(graph, cluster)
     part = ug.parts(k, bisection=True).numpy()
     blocks = (np.arange(k) * cluster.n_devices // k)[part][ug.unit_of_op]
     single = np.zeros(graph.n_ops, np.int64)
@@ -63,6 +69,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--groups", type=int, default=64, help="parts of the bisection (a search's num_groups)")
+    p.add_argument("--op-costs", choices=("profile", "cluster"), default="profile",
+                   help="cut the bisection by the profile's op costs (the default's groups) or the cluster's")
     p.add_argument("--csv", default="reports/basin_probe.csv")
     args = p.parse_args(argv)
     params = yaml.safe_load(Path(args.params).read_text())
@@ -73,7 +81,8 @@ def main(argv=None) -> None:
             continue
         features = OpFeatures.load(data / model / "embed" / "features.npz", graph)
         rows.append({"set": "default", "case": name, **probe(graph, features, load_cluster(cluster_name),
-                                                              MDPEConfig(**{**params["reward"], **reward}), args.groups)})
+                                                              MDPEConfig(**{**params["reward"], **reward}), args.groups,
+                                                              args.op_costs)})
     synthetic = [("development", training_graph(2500, batch=8, seed=7)),
                  ("development", training_graph(4000, batch=8, seed=11)),
                  ("development", layered_dag(3000, 4500, seed=5)),
@@ -86,7 +95,7 @@ def main(argv=None) -> None:
             if graph.group_static_memory().sum() > cluster.memory.sum():  # as search_variety.py skips it
                 continue
             rows.append({"set": kind, "case": f"{graph.name} ({graph.n_ops} ops) {cluster.name}",
-                         **probe(graph, features, cluster, MDPEConfig(), args.groups)})
+                         **probe(graph, features, cluster, MDPEConfig(), args.groups, args.op_costs)})
     table = pd.DataFrame(rows)
     table.to_csv(args.csv, index=False)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
