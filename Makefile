@@ -7,6 +7,7 @@ REFERENCE_GNMT := $(SHARED)/reference/gnmt-baechi/gnmt_forward.json.gz
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
+	speed-model-check \
 	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
@@ -307,6 +308,10 @@ wakeup-latency: $(STAMP)  ## small-message round trips beside 0, 1, 2 busy proce
 
 # a committed validation's held-out split strategies measured again in many rounds: the steps of a session
 # against its sessions, the first round and the first step on fresh workers (benchmarks/measurement_noise.py)
+# the roofline speed model against a GPU: needs one (exit 2 without); a second run's summaries beside the first's
+speed-model-check: $(STAMP)  ## the GPU cost model per op and per step against CUDA-event times (~1 min on a GPU)
+	$(PY) benchmarks/speed_model_check.py --runs 2 --out reports/speed_model_check
+
 measurement-noise: $(STAMP)  ## where measured step times vary, at 1 and 2 warm-up steps (~10 min, quiet machine)
 	$(PY) benchmarks/measurement_noise.py
 

@@ -482,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind-speedup", action="append", metavar="KIND=X",
                    help="also cost ops for device kind KIND, X times faster than this machine (repeatable)")
     p.add_argument("--speed-model", action="append", metavar="KIND", default=None,
-                   help="also cost ops for device kind KIND by its roofline (p100, v100, gtx1080ti; repeatable; "
+                   help="also cost ops for device kind KIND by its roofline (p100, v100, gtx1080ti, h200; repeatable; "
                         "default: p100 and v100)")
     p.set_defaults(fn=cmd_profile)
 

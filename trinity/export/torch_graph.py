@@ -297,8 +297,15 @@ def build_torch_model(name: str, batch_size: int | None = None, **options) -> tu
     return builder(batch, **options), batch, options
 
 
-def export_torch_model(name: str, batch_size: int | None = None, *, lr: float = 0.01, **options) -> OpGraph:
-    """Export a registered PyTorch model (`trinity.models`) at ``batch_size`` (default: the spec's)."""
+def export_torch_model(name: str, batch_size: int | None = None, *, lr: float = 0.01, device: str = "cpu",
+                       **options) -> OpGraph:
+    """Export a registered PyTorch model (`trinity.models`) at ``batch_size`` (default: the spec's).
+
+    ``device`` is where it is traced and its FLOPs counted; a few ATen ops differ by device (batch norm
+    is ``cudnn_batch_norm`` on a GPU), so a graph is profiled on the device it was exported on.
+    """
     model, batch, options = build_torch_model(name, batch_size, **options)
+    model = model.to(device)
+    where = {} if str(device) == "cpu" else {"device": str(device)}  # CPU graphs keep the meta they always had
     return export_torch(model.module, model.example_inputs, model.targets, model.loss_fn, name=name, lr=lr,
-                        meta={"model": name, "batch_size": batch, "options": options})
+                        meta={"model": name, "batch_size": batch, "options": options, **where})

@@ -25,6 +25,11 @@ class TorchModel:
     targets: torch.Tensor
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
+    def to(self, device: str | torch.device) -> TorchModel:
+        """The same model with its module and data on ``device`` (trace there: ops made in forward name it)."""
+        return TorchModel(self.module.to(device), tuple(x.to(device) for x in self.example_inputs),
+                          self.targets.to(device), self.loss_fn)
+
 
 # ------------------------------------------------------------------ transformer
 class CausalSelfAttention(nn.Module):

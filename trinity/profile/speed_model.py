@@ -10,7 +10,7 @@ vendors' data sheets (FP32, no tensor cores); the efficiencies and the per-kerne
 are stated assumptions (cuDNN/cuBLAS kernels reach roughly 60-80% of peak on large
 convolutions and matmuls, streaming kernels ~80% of HBM bandwidth, a kernel launch costs
 ~5 us; Placeto's simulator charges 5.7 us per op). Nothing here was fitted to a GPU
-measurement: this machine has none.
+measurement; `benchmarks/speed_model_check.py` checks the model against one (an H200).
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ SPECS: dict[str, DeviceSpec] = {s.kind: s for s in (
     DeviceSpec("v100", 15.7e12, 900e9, "NVIDIA Tesla V100 SXM2 data sheet: 15.7 TFLOPS FP32, 900 GB/s HBM2"),
     DeviceSpec("gtx1080ti", 11.3e12, 484e9, "NVIDIA GeForce GTX 1080 Ti: 11.3 TFLOPS FP32, 484 GB/s GDDR5X "
                                             "(the paper's 11 GB GPU)"),
+    # The one GPU the speed model has been checked against (benchmarks/speed_model_check.py).
+    DeviceSpec("h200", 67e12, 4.8e12, "NVIDIA H200 SXM data sheet: 67 TFLOPS FP32, 4.8 TB/s HBM3e"),
 )}
 
 
