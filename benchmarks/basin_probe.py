@@ -33,10 +33,11 @@ from trinity.costs import op_times  # noqa: E402
 from trinity.errors import run_main  # noqa: E402
 from trinity.features import OpFeatures, op_features  # noqa: E402
 from trinity.graph import load_graph  # noqa: E402
-from trinity.graph.synthetic import layered_dag, training_graph  # noqa: E402
+from trinity.graph.synthetic import graph_set  # noqa: E402
 from trinity.reward import MDPEConfig, mdpe_reward  # noqa: E402
 from trinity.rl.policy import UnitGraph  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
+from trinity.stages.config import op_placement_cases  # noqa: E402
 
 
 def probe(graph, features, cluster, reward: MDPEConfig, k: int, op_costs: str = "profile") -> dict:
@@ -54,17 +55,6 @@ def probe(graph, features, cluster, reward: MDPEConfig, k: int, op_costs: str = 
             "probe": "balanced" if r_blocks > r_single else "gathered"}
 
 
-def experiment_cases(params: dict):
-    """(case, model, cluster, reward overrides) of the experiment's op-placement cases; the regime's with its own."""
-    run = params["run"]
-    regime = run.get("regime") or {}
-    for models, clusters, reward in ((run["models"], run["clusters"], {}),
-                                     (regime.get("models", []), regime.get("clusters", []), regime.get("reward", {}))):
-        for model in models:
-            for cluster in clusters:
-                yield f"{model} {cluster}" + (" (paper's regime)" if reward else ""), model, cluster, reward
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--params", default="params.yaml")
@@ -75,7 +65,8 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     params = yaml.safe_load(Path(args.params).read_text())
     data, rows = Path(params["paths"]["data"]), []
-    for name, model, cluster_name, reward in experiment_cases(params):
+    for model, cluster_name, reward, regime in op_placement_cases(params):
+        name = f"{model} {cluster_name}" + (" (paper's regime)" if regime else "")
         graph = load_graph(data / model / "profile" / "graph.json.gz")
         if graph.arrays.n_groups <= args.groups:  # one unit a part (layered12): no bisection to read
             continue
@@ -83,13 +74,7 @@ def main(argv=None) -> None:
         rows.append({"set": "default", "case": name, **probe(graph, features, load_cluster(cluster_name),
                                                               MDPEConfig(**{**params["reward"], **reward}), args.groups,
                                                               args.op_costs)})
-    synthetic = [("development", training_graph(2500, batch=8, seed=7)),
-                 ("development", training_graph(4000, batch=8, seed=11)),
-                 ("development", layered_dag(3000, 4500, seed=5)),
-                 ("fresh", training_graph(3200, batch=8, seed=23)),
-                 ("fresh", training_graph(5000, batch=8, seed=29)),
-                 ("fresh", layered_dag(4000, 6000, seed=41))]  # search_variety.py's graphs
-    for kind, graph in synthetic:
+    for kind, graph in ((kind, graph) for kind in ("development", "fresh") for graph in graph_set(kind)):
         features = op_features(graph, cache_dir=data / ".features")
         for cluster in (load_cluster("p100x2"), load_cluster("p100x4")):
             if graph.group_static_memory().sum() > cluster.memory.sum():  # as search_variety.py skips it

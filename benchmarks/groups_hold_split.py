@@ -28,6 +28,7 @@ from trinity.graph import load_graph
 from trinity.placers import get_placer
 from trinity.rl.policy import UnitGraph
 from trinity.sim import Simulator
+from trinity.stages.config import op_placement_cases
 
 
 def rows_for(graph, features, cluster, k: int) -> list[dict]:
@@ -59,12 +60,8 @@ def main(argv=None) -> None:
     p.add_argument("--csv", default="reports/groups_hold_split.csv")
     args = p.parse_args(argv)
     params = yaml.safe_load(Path(args.params).read_text())
-    run, data = params["run"], Path(params["paths"]["data"])
-    regime = run.get("regime") or {}
-    cases = [(m, c) for m in run["models"] for c in run["clusters"]]
-    cases += [(m, c) for m in regime.get("models", []) for c in regime.get("clusters", [])]
-    rows = []
-    for model, cluster_name in cases:
+    data, rows = Path(params["paths"]["data"]), []
+    for model, cluster_name, _, _ in op_placement_cases(params):
         graph = load_graph(data / model / "profile" / "graph.json.gz")
         if graph.arrays.n_groups <= args.groups:  # one unit a part: any split is a union of parts
             continue

@@ -42,20 +42,18 @@ from trinity.progress import progress  # noqa: E402
 from trinity.reward import MDPEConfig  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
+from trinity.stages.config import op_placement_cases  # noqa: E402
 
 
 def cases(params: dict, seeds: int | None = None) -> list[tuple[str, str, int, dict, Path]]:
     """(model, cluster, seed, reward overrides, committed results folder) for every Trinity job of the experiment
     (``seeds``: seeds 0 to seeds - 1 instead of the experiment's)."""
-    run, out = params["run"], []
-    if "trinity" in run["searches"]:
-        out += [(m, c, s, {}, Path(params["paths"]["results"]) / "search" / m)
-                for m in run["models"] for c in run["clusters"] for s in (range(seeds) if seeds else run["seeds"])]
-    regime = run.get("regime") or {}
-    if "trinity" in regime.get("searches", []):
-        out += [(m, c, s, regime.get("reward", {}), Path(params["paths"]["results"]) / "regime" / "search" / m)
-                for m in regime["models"] for c in regime["clusters"]
-                for s in (range(seeds) if seeds else regime["seeds"])]
+    results, out = Path(params["paths"]["results"]), []
+    for model, cluster, reward, regime in op_placement_cases(params):
+        section = params["run"]["regime"] if regime else params["run"]
+        if "trinity" in section.get("searches", []):
+            folder = results / ("regime/search" if regime else "search") / model
+            out += [(model, cluster, s, reward, folder) for s in (range(seeds) if seeds else section["seeds"])]
     return out
 
 

@@ -6,7 +6,8 @@ held out in the strict sense: the README says so.)
 
 Synthetic training graphs (trinity.graph.synthetic.training_graph: convolution-and-gradient shaped,
 measured-cost-like, seeds and sizes not used while choosing Trinity's settings) and synthetic layered
-DAGs, plus any graph files given, on 2 and 4 P100s. Per case: every placer, Trinity from scratch at the
+DAGs (`trinity.graph.synthetic.GRAPH_SETS`: the development set, or the fresh one with ``--fresh``), plus
+any graph files given, on 2 and 4 P100s. Per case: every placer, Trinity from scratch at the
 default experiment's budget (300 iterations x 64, two racers: ``DEFAULT_SEARCH``) over 2 seeds, and
 calibrated simulated annealing from one device (round-robin where one device cannot hold the graph) read
 at Trinity's own wall time.
@@ -32,7 +33,7 @@ import pandas as pd  # noqa: E402
 
 from trinity.cluster import load_cluster  # noqa: E402
 from trinity.graph import load_graph  # noqa: E402
-from trinity.graph.synthetic import layered_dag, training_graph  # noqa: E402
+from trinity.graph.synthetic import graph_set  # noqa: E402
 from trinity.placers import place_each  # noqa: E402
 from trinity.placers.annealing import anneal, best_step_within, start_placement  # noqa: E402
 from trinity.progress import progress  # noqa: E402
@@ -46,14 +47,7 @@ DEFAULT_SEARCH = {"racers": 2}
 
 
 def graphs(files: list[str], fresh: bool = False):
-    if fresh:  # sizes and seeds no table here had used before the METIS groups were chosen: held out from that choice
-        yield training_graph(3200, batch=8, seed=23)
-        yield training_graph(5000, batch=8, seed=29)
-        yield layered_dag(4000, 6000, seed=41)
-    else:
-        yield training_graph(2500, batch=8, seed=7)  # batch 8: 2 P100s hold it
-        yield training_graph(4000, batch=8, seed=11)
-        yield layered_dag(3000, 4500, seed=5)
+    yield from graph_set("fresh" if fresh else "development")
     for f in files:
         yield load_graph(f)
 

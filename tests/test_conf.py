@@ -11,6 +11,7 @@ from trinity.errors import TrinityError
 from trinity.models import known_models
 from trinity.rl.search import SearchConfig
 from trinity.stages import config
+from trinity.stages.config import op_placement_cases
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -185,3 +186,12 @@ def test_the_default_validation_covers_two_models_twice_and_bad_settings_name_th
     with pytest.raises(TrinityError, match="run.graphs") as err:  # one nobody exports and profiles
         config.check_run(config.compose(["experiment=default", "run.validate=[gnmt]"]))
     assert err.value.field == "run.validate"
+
+
+def test_op_placement_cases_list_the_runs_cases_then_the_regimes():
+    params = {"run": {"models": ["a", "b"], "clusters": ["c2", "c4"],
+                      "regime": {"models": ["r"], "clusters": ["c4"], "reward": {"comm_tolerance_GB": 0.5}}}}
+    assert [tuple(c) for c in op_placement_cases(params)] == [
+        ("a", "c2", {}, False), ("a", "c4", {}, False), ("b", "c2", {}, False), ("b", "c4", {}, False),
+        ("r", "c4", {"comm_tolerance_GB": 0.5}, True)]
+    assert op_placement_cases({"run": {"models": ["a"], "clusters": ["c2"]}}) == [("a", "c2", {}, False)]

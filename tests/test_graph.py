@@ -10,7 +10,7 @@ import pytest
 from conftest import tiny
 from trinity.errors import FormatError, GraphError, TrinityError
 from trinity.graph import Edge, Op, OpGraph, load_graph, save_graph
-from trinity.graph.synthetic import layered_dag
+from trinity.graph.synthetic import GRAPH_SETS, graph_set, layered_dag, training_graph
 
 
 
@@ -142,3 +142,16 @@ def test_errors_render_as_one_line():
     err = GraphError("must be >= 0, got -1", source="g.json", field="ops[3].compute_us")
     assert str(err) == "g.json: ops[3].compute_us: must be >= 0, got -1"
     assert isinstance(err, TrinityError)
+
+
+def test_graph_sets_build_the_graphs_their_seeds_name():
+    """The development and fresh sets the search comparisons share: built from (kind, ops, seed), deterministic."""
+    dev, fresh = graph_set("development"), graph_set("fresh")
+    expected = training_graph(2500, batch=8, seed=7)
+    assert dev[0].ops == expected.ops and dev[0].edges == expected.edges
+    last = layered_dag(4000, 6000, seed=41)
+    assert fresh[2].ops == last.ops and fresh[2].edges == last.edges
+    assert [g.n_ops for g in fresh] == [g.n_ops for g in graph_set("fresh")]  # same seeds, same graphs
+    assert [kind for kind, _, _ in GRAPH_SETS["development"]] == ["training", "training", "layered"]
+    with pytest.raises(ValueError, match="unknown graph set 'held-out'"):
+        graph_set("held-out")

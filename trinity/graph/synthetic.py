@@ -215,3 +215,21 @@ def training_graph(n_ops: int = 100_000, *, batch: int = 32, seed: int = 0) -> O
         grad = summed
     return OpGraph(ops, edges, name=f"training{len(ops)}",
                    meta={"synthetic": "training_graph", "seed": seed, "batch": batch, "blocks": n_blocks})
+
+
+#: The synthetic graph sets searches are compared on (`benchmarks/search_variety.py`, `basin_probe.py`), as
+#: (kind, ops, seed): "development", the set search variants were developed on, and "fresh", sizes and seeds
+#: no table had used before the METIS groups were chosen (held out from that choice). Training graphs at
+#: batch 8 (2 P100s hold them); layered DAGs with 1.5 edges an op.
+GRAPH_SETS = {
+    "development": (("training", 2500, 7), ("training", 4000, 11), ("layered", 3000, 5)),
+    "fresh": (("training", 3200, 23), ("training", 5000, 29), ("layered", 4000, 41)),
+}
+
+
+def graph_set(name: str) -> list[OpGraph]:
+    """The graphs of one of `GRAPH_SETS`, built from their seeds."""
+    if name not in GRAPH_SETS:
+        raise ValueError(f"unknown graph set {name!r}; known: {', '.join(GRAPH_SETS)}")
+    return [training_graph(n, batch=8, seed=seed) if kind == "training" else layered_dag(n, n * 3 // 2, seed=seed)
+            for kind, n, seed in GRAPH_SETS[name]]

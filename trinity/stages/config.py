@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -144,6 +144,23 @@ def _check_regime(cfg: DictConfig) -> None:
         raise TrinityError(f"{both} are in run.models too: the regime's graphs are searched by their own stages",
                            field="run.regime.models")
     typed(MDPEConfig, cfg.reward, cfg.run.regime.reward, where="run.regime.reward")
+
+
+class OpPlacementCase(NamedTuple):
+    model: str
+    cluster: str
+    reward: dict  # the reward's overrides (the regime's own; {} for run.models)
+    regime: bool  # one of the paper's regime's cases (run.regime)
+
+
+def op_placement_cases(params: dict) -> list[OpPlacementCase]:
+    """Every op-placement case of an experiment's params (plain dict, as params.yaml reads): run.models x
+    run.clusters, then the paper's regime's models x clusters with its reward overrides."""
+    run = params["run"]
+    regime = run.get("regime") or {}
+    return ([OpPlacementCase(m, c, {}, False) for m in run["models"] for c in run["clusters"]]
+            + [OpPlacementCase(m, c, dict(regime.get("reward") or {}), True)
+               for m in regime.get("models", []) for c in regime.get("clusters", [])])
 
 
 def write_params(cfg: DictConfig, path: str | os.PathLike = PARAMS_FILE) -> None:
