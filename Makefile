@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)  ## fast suite (slow end-to-end runs are skipped; see test-all)
-	$(PY) -m pytest -q
+test: $(STAMP)  ## fast suite (slow end-to-end runs are skipped; see test-all), a test file to each of 2 workers
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q --runslow
