@@ -306,12 +306,12 @@ dp-compute-term: $(STAMP)  ## a whole training step against the layer profile's 
 wakeup-latency: $(STAMP)  ## small-message round trips beside 0, 1, 2 busy processes on the core (~1 min)
 	$(PY) benchmarks/wakeup_latency.py
 
-# a committed validation's held-out split strategies measured again in many rounds: the steps of a session
-# against its sessions, the first round and the first step on fresh workers (benchmarks/measurement_noise.py)
 # the roofline speed model against a GPU: needs one (exit 2 without); a second run's summaries beside the first's
 speed-model-check: $(STAMP)  ## the GPU cost model per op and per step against CUDA-event times (~1 min on a GPU)
 	$(PY) benchmarks/speed_model_check.py --runs 2 --out reports/speed_model_check
 
+# a committed validation's held-out split strategies measured again in many rounds: the steps of a session
+# against its sessions, the first round and the first step on fresh workers (benchmarks/measurement_noise.py)
 measurement-noise: $(STAMP)  ## where measured step times vary, at 1 and 2 warm-up steps (~10 min, quiet machine)
 	$(PY) benchmarks/measurement_noise.py
 

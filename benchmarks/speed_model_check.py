@@ -48,7 +48,7 @@ CASES = {
 }
 
 
-def cpu_only_types(model: str, batch: int | None, options: dict, cuda_types: Counter) -> str:
+def types_differing_from_cpu(model: str, batch: int | None, options: dict, cuda_types: Counter) -> str:
     """Op types where the CPU export (the pipeline's) and this device's export differ, as 'type:+n' / 'type:-n'."""
     built, _, _ = build_torch_model(model, batch, **options)
     traced = trace_training_step(built.module, built.example_inputs, built.targets, built.loss_fn, name=model)
@@ -70,7 +70,8 @@ def check_case(name: str, device: str, kind: str, steps: int, warmup: int) -> tu
                **summarize(table, report["step_us_median"]),
                # the measured step's spread over the steps (quartiles), against which the errors are read
                "step_q1_us": report["step_us_q1"], "step_q3_us": report["step_us_q3"],
-               "differs_from_cpu_export": cpu_only_types(model, batch, options, Counter(o.type for o in graph.ops))}
+               "differs_from_cpu_export": types_differing_from_cpu(model, batch, options,
+                                                                   Counter(o.type for o in graph.ops))}
     return summary, by_type(table).assign(case=name), table.assign(case=name)
 
 

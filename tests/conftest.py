@@ -23,7 +23,13 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
 
 
+#: the file whose module fixture reproduces the smoke experiment (the suite's longest): collected first, so a
+#: run on several workers (`make test`: a file to each) starts it at once instead of after the others
+LONGEST_FILE = "tests/test_pipeline.py"
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.nodeid.split("::")[0] != LONGEST_FILE)  # stable: the rest keep their order
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow")
