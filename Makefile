@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)  ## fast suite (slow end-to-end runs are skipped; see test-all), a test file to each of 2 workers
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q --runslow

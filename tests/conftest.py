@@ -24,7 +24,7 @@ def pytest_addoption(parser):
 
 
 #: the file whose module fixture reproduces the smoke experiment (the suite's longest): collected first, so a
-#: run on several workers (`make test`: a file to each) starts it at once instead of after the others
+#: run on several workers (`make test`: a file to each, in this order) starts it at once, not after the others
 LONGEST_FILE = "tests/test_pipeline.py"
 
 
