@@ -400,7 +400,7 @@ def test_cli_bad_cluster(tmp_path, capsys, case):
     assert_one_line_error(*run(capsys, "place", graph, "--cluster", path), path)
 
 
-@pytest.mark.parametrize("content", [b"", b"\x1f\x8b\x08\x00garbage", gzip.compress(b'{"format": "trin'),
+@pytest.mark.parametrize("content", [b"", b"\x1f\x8b\x08\x00garbage", gzip.compress(b'{"format": "trin', mtime=0),
                                      b'{"format": "trinity-strategy/1", "devices": 5'])
 def test_cli_bad_strategy_bytes(tmp_path, capsys, content):
     graph, cluster = tmp_path / "g.json", tmp_path / "c.yaml"
