@@ -74,13 +74,14 @@ def main(argv=None) -> None:
         rows.append({"set": "default", "case": name, **probe(graph, features, load_cluster(cluster_name),
                                                               MDPEConfig(**{**params["reward"], **reward}), args.groups,
                                                               args.op_costs)})
-    for kind, graph in ((kind, graph) for kind in ("development", "fresh") for graph in graph_set(kind)):
-        features = op_features(graph, cache_dir=data / ".features")
-        for cluster in (load_cluster("p100x2"), load_cluster("p100x4")):
-            if graph.group_static_memory().sum() > cluster.memory.sum():  # as search_variety.py skips it
-                continue
-            rows.append({"set": kind, "case": f"{graph.name} ({graph.n_ops} ops) {cluster.name}",
-                         **probe(graph, features, cluster, MDPEConfig(), args.groups, args.op_costs)})
+    for kind in ("development", "fresh"):
+        for graph in graph_set(kind):
+            features = op_features(graph, cache_dir=data / ".features")
+            for cluster in (load_cluster("p100x2"), load_cluster("p100x4")):
+                if graph.group_static_memory().sum() > cluster.memory.sum():  # as search_variety.py skips it
+                    continue
+                rows.append({"set": kind, "case": f"{graph.name} ({graph.n_ops} ops) {cluster.name}",
+                             **probe(graph, features, cluster, MDPEConfig(), args.groups, args.op_costs)})
     table = pd.DataFrame(rows)
     table.to_csv(args.csv, index=False)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))

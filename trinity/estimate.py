@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trinity.fileio import write_json
 from trinity.graph import OpGraph, load_graph, save_graph
+from trinity.stages.config import op_placement_cases
 
 PROBE_ITERATIONS = 4  #: iterations a search probe runs (the first is set-up's)
 PROBE_CALLS = (50, 300)  #: simulator-call budgets of a local search's two probes
@@ -69,14 +70,10 @@ def code_version() -> str:
 def cases(cfg: DictConfig) -> list[tuple[str, str, str, str, int]]:
     """(stage, model, cluster, method, jobs) of every placement and search the experiment runs."""
     out = []
-    for stage, run in (("", cfg.run), ("_regime", cfg.run.get("regime"))):
-        if not run:
-            continue
-        seeds = len(run.seeds)
-        for model in run.models:
-            for cluster in run.clusters:
-                out += [(f"place{stage}", model, cluster, m, 1) for m in run.placers or []]
-                out += [(f"search{stage}", model, cluster, m, seeds) for m in run.searches or []]
+    for model, cluster, _, regime in op_placement_cases(cfg):
+        run, stage = (cfg.run.regime, "_regime") if regime else (cfg.run, "")
+        out += [(f"place{stage}", model, cluster, m, 1) for m in run.placers or []]
+        out += [(f"search{stage}", model, cluster, m, len(run.seeds)) for m in run.searches or []]
     return out
 
 

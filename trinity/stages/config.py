@@ -154,8 +154,8 @@ class OpPlacementCase(NamedTuple):
 
 
 def op_placement_cases(params: dict) -> list[OpPlacementCase]:
-    """Every op-placement case of an experiment's params (plain dict, as params.yaml reads): run.models x
-    run.clusters, then the paper's regime's models x clusters with its reward overrides."""
+    """Every op-placement case of an experiment's params (params.yaml read as a dict, or the composed config):
+    run.models x run.clusters, then the paper's regime's models x clusters with its reward overrides."""
     run = params["run"]
     regime = run.get("regime") or {}
     return ([OpPlacementCase(m, c, {}, False) for m in run["models"] for c in run["clusters"]]
