@@ -70,3 +70,40 @@ def test_relabelled_devices_by_hand():
     # row 3 moves from 1 to 0 within its class
     assert relabelled_devices(devices, log_sched, np.array([0, 0, 2, 2])).tolist() == \
         [[2, 3, 3], [0, 1, 0], [3, 3, 3], [0, 0, 0]]
+
+
+def test_block_moved_devices_by_hand():
+    from trinity.rl.algorithms import block_moved_devices, block_sizes
+
+    assert block_sizes(64) == [4, 8, 16] and block_sizes(12) == [1, 3] and block_sizes(2) == [1]
+    devices = torch.arange(32).reshape(4, 8) % 3  # rows 0-3 of 8 groups on devices 0-2
+    gen = torch.Generator().manual_seed(7)
+    # the draws, in the order the function takes them: which rows, then per row its size, start and device
+    g = torch.Generator().manual_seed(7)
+    rows = torch.randperm(4, generator=g)[:2].tolist()
+    expected = devices.clone()
+    for row in rows:
+        size = [1, 2][int(torch.randint(2, (1,), generator=g))]
+        start = int(torch.randint(8 // size, (1,), generator=g)) * size
+        expected[row, start:start + size] = int(torch.randint(5, (1,), generator=g))
+    moved = block_moved_devices(devices, 5, 0.5, gen)
+    assert moved.tolist() == expected.tolist()
+    assert devices.tolist() == (torch.arange(32).reshape(4, 8) % 3).tolist()  # the input is not changed
+    changed = [r for r in range(4) if moved[r].tolist() != devices[r].tolist()]
+    assert set(changed) <= set(rows)
+    # nothing moved, nothing drawn: the generator is where it was
+    gen = torch.Generator().manual_seed(3)
+    assert block_moved_devices(devices, 5, 0.1, gen) is devices  # round(0.4) = 0 rows
+    assert torch.equal(gen.get_state(), torch.Generator().manual_seed(3).get_state())
+
+
+def test_a_block_move_puts_one_aligned_block_on_one_device():
+    from trinity.rl.algorithms import block_moved_devices
+
+    devices = torch.full((200, 16), 9)  # no device 9 is ever drawn (4 devices): every moved group shows
+    moved = block_moved_devices(devices, 4, 1.0, torch.Generator().manual_seed(0))
+    for row in moved:
+        at = torch.nonzero(row != 9)[:, 0].tolist()
+        size = len(at)
+        assert size in (1, 2, 4) and at == list(range(at[0], at[0] + size)) and at[0] % size == 0
+        assert len(set(row[at].tolist())) == 1 and 0 <= int(row[at[0]]) < 4

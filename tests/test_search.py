@@ -467,6 +467,8 @@ def test_the_agent_loop_reproduces_the_search_before_the_move(tmp_path, key):
     ({"agent": {"self_imitation_gate": "best"}}, "agent.self_imitation_gate"),
     ({"agent": {"explore": -1}}, "agent.explore"),
     ({"agent": {"explore": 4, "policy": {"decoder": "sequential"}}}, "agent.explore"),
+    ({"agent": {"block_moves": 1.5}}, "agent.block_moves"),
+    ({"agent": {"block_moves": 0.25, "policy": {"decoder": "sequential"}}}, "agent.block_moves"),
     ({"agent": {"table_lr": 0.0}}, "agent.table_lr"),
     ({"agent": {"policy": {"group_logits": True, "decoder": "sequential"}}}, "agent.policy"),
 ])
@@ -635,6 +637,34 @@ def test_relabelled_batches_keep_the_sampling_log_probabilities(tmp_path):
     s.run()  # and a search with it runs end to end
     with pytest.raises(TrinityError, match="relabel: needs policy.decoder=parallel"):
         SearchConfig(agent={"relabel": True, "policy": {"decoder": "sequential"}})
+
+
+def test_block_moved_samples_keep_the_sampling_log_probabilities(tmp_path):
+    """`agent.block_moves`: that share of a batch gets one block of groups on one device, each sample's
+    log-probabilities those of its devices under the distribution that sampled the batch, its placement
+    its groups' devices; the rest of the batch is as sampled, and a search with it runs end to end."""
+    from dataclasses import replace
+
+    import torch
+
+    from trinity.rl.algorithms import block_moved_devices
+
+    s = Search(two_chains(), cluster(), config("trinity", 3, agent={"block_moves": 0.5}), tmp_path, progress=False)
+    agent = s.agent
+    moving, agent.options = agent.options, replace(agent.options, block_moves=0.0)
+    gen = torch.Generator().manual_seed(0)
+    plain = agent.sample(8, gen, 0).data
+    expected = block_moved_devices(plain.devices, plain.distributions[1].shape[1], 0.5, gen)  # the next draws
+    assert not torch.equal(expected, plain.devices)  # moves that change something: the test can fail
+    agent.options = moving
+    after = agent.sample(8, torch.Generator().manual_seed(0), 0)
+    assert torch.equal(after.data.devices, expected) and torch.equal(after.data.groups, plain.groups)
+    with torch.no_grad():
+        again = agent.policy.log_prob(replace(after.data, distributions=None))[0]  # the distribution, recomputed
+    assert torch.allclose(after.data.logp, again, atol=1e-6)
+    unit_device = expected.gather(1, plain.groups).numpy()  # each unit's group's device
+    assert np.array_equal(after.placements, unit_device[:, agent.unit_of_op])
+    s.run()
 
 
 def test_denormals_are_flushed_inside_and_as_before_after():

@@ -15,6 +15,9 @@
   reward cannot tell the labellings apart, so without it the gradients of mirror-image samples cancel.
 * `temperature_for_exploration`: the lowest sampling temperature >= 1 that keeps a target number of
   decisions off a policy's likeliest choices (Trinity's ``explore``, learned-list's).
+* `block_moved_devices`: a share of a batch's samples with one aligned block of consecutive groups set to
+  one device (Trinity's ``block_moves``): a move a policy that samples each group's device on its own
+  almost never makes, and the one a balanced split is built from.
 """
 
 from __future__ import annotations
@@ -96,3 +99,27 @@ def relabelled_devices(devices: torch.Tensor, log_sched: torch.Tensor, classes: 
         perm[b, rows] = cols
     return torch.from_numpy(perm).gather(1, devices)
 
+
+
+def block_sizes(n_groups: int) -> list[int]:
+    """The block sizes `block_moved_devices` draws from: a sixteenth, an eighth and a quarter of the groups."""
+    return sorted({max(1, n_groups // f) for f in (16, 8, 4)})
+
+
+def block_moved_devices(devices: torch.Tensor, n_devices: int, share: float,
+                        generator: torch.Generator) -> torch.Tensor:
+    """int64[B, k]: ``devices`` (group -> device per sample) with round(share * B) rows, drawn without
+    replacement, each given one block move: a size from `block_sizes`, a block of that many consecutive
+    groups starting at a multiple of the size, all of them on one device drawn uniformly. Every draw comes
+    from ``generator``, and none is taken when no row is moved."""
+    batch, k = devices.shape
+    moved = int(round(share * batch))
+    if moved == 0:
+        return devices
+    out = devices.clone()
+    sizes = block_sizes(k)
+    for row in torch.randperm(batch, generator=generator)[:moved].tolist():
+        size = sizes[int(torch.randint(len(sizes), (1,), generator=generator))]
+        start = int(torch.randint(k // size, (1,), generator=generator)) * size
+        out[row, start:start + size] = int(torch.randint(n_devices, (1,), generator=generator))
+    return out

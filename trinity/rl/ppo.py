@@ -41,7 +41,8 @@ from trinity.features import OpFeatures, op_features, zscore
 from trinity.graph.ir import OpGraph
 from trinity.reward import mdpe_reward
 from trinity.rl.agent import AgentContext, Samples, TwoLevelAgent, check_range, register
-from trinity.rl.algorithms import EMABaseline, normalised_advantages, ppo_loss, relabelled_devices
+from trinity.rl.algorithms import (EMABaseline, block_moved_devices, normalised_advantages, ppo_loss,
+                                   relabelled_devices)
 from trinity.rl.policy import PlacementPolicy, PolicyConfig, UnitGraph, likeliest_device_probability
 
 #: where the policy's op costs come from (TrinityOptions.op_costs)
@@ -97,6 +98,13 @@ class TrinityOptions:
     #: policy the same way instead of cancelling (parallel decoder only; off: it trades the paper's regime
     #: against the layered DAGs, README's *Relabelling mirror images*)
     relabel: bool = False
+    #: the share of each iteration's samples in which one block of consecutive groups (a sixteenth, an eighth
+    #: or a quarter of them, aligned) is put on one device drawn at random (`block_moved_devices`), their
+    #: log-probabilities taken under the distribution that sampled the batch: a policy that samples each
+    #: group's device on its own almost never moves neighbouring groups together, and a balanced split is
+    #: built of such moves (README's *Block moves*). Blocks follow the groups' order, so they are parts of
+    #: the graph where the order is the bisection's (`policy.locality_order: bisection`). 0 = off
+    block_moves: float = 0.0
     embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
     #: where the op costs the policy reads come from (the compute-time feature, each group's compute share,
     #: the METIS parts' balance): "profile", the times the profile measured (the embed stage's features), or
@@ -134,6 +142,10 @@ class TrinityOptions:
                                field="self_imitation")
         if self.self_imitation_gate not in (None, "elite", "mode"):
             raise TrinityError(f"must be elite or mode, got {self.self_imitation_gate!r}", field="self_imitation_gate")
+        check_range("trinity", "block_moves", self.block_moves, 0, 1.0)
+        if self.block_moves and self.policy.decoder != "parallel":
+            raise TrinityError("needs policy.decoder=parallel (the sequential decoder's devices condition on the "
+                               "previous group's)", field="block_moves")
         check_range("trinity", "embedding_dim", self.embedding_dim, 1, 1024)
         if self.op_costs not in OP_COSTS:
             raise TrinityError(f"must be one of {', '.join(OP_COSTS)}, got {self.op_costs!r}", field="op_costs")
@@ -228,7 +240,19 @@ class TrinityAgent(TwoLevelAgent):
         if iteration is not None and not parallel:
             with torch.no_grad():
                 strategy.logp = self.policy.log_prob(strategy)[0]
+        if iteration is not None and self.options.block_moves:
+            strategy = self._block_moved(strategy, generator)
         return Samples(strategy.placements(self.unit_of_op), strategy)
+
+    def _block_moved(self, strategy, generator: torch.Generator):
+        """The batch with ``block_moves`` of its samples block-moved, and every sample's devices' log-probabilities
+        under the distribution that sampled them (the parallel decoder's, shared by the batch)."""
+        log_sched = strategy.distributions[1].detach()
+        k = log_sched.shape[0]
+        devices = block_moved_devices(strategy.devices, log_sched.shape[1], self.options.block_moves, generator)
+        logp = strategy.logp.clone()
+        logp[:, -k:] = log_sched[torch.arange(k), devices]
+        return replace(strategy, devices=devices, logp=logp)
 
     def update(self, samples: Samples, rewards: torch.Tensor, iteration: int) -> dict[str, float]:
         o, strategy = self.options, samples.data
