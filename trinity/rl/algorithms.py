@@ -100,7 +100,6 @@ def relabelled_devices(devices: torch.Tensor, log_sched: torch.Tensor, classes: 
     return torch.from_numpy(perm).gather(1, devices)
 
 
-
 def block_sizes(n_groups: int) -> list[int]:
     """The block sizes `block_moved_devices` draws from: a sixteenth, an eighth and a quarter of the groups."""
     return sorted({max(1, n_groups // f) for f in (16, 8, 4)})
