@@ -88,6 +88,9 @@ def test_block_moved_devices_by_hand():
         expected[row, start:start + size] = int(torch.randint(5, (1,), generator=g))
     moved = block_moved_devices(devices, 5, 0.5, gen)
     assert moved.tolist() == expected.tolist()
+    # those draws here: row 2's groups 6-7 (a block of 2) onto device 3, row 3's group 3 (a block of 1) onto 2
+    assert moved.tolist() == [[0, 1, 2, 0, 1, 2, 0, 1], [2, 0, 1, 2, 0, 1, 2, 0],
+                              [1, 2, 0, 1, 2, 0, 3, 3], [0, 1, 2, 2, 1, 2, 0, 1]]
     assert devices.tolist() == (torch.arange(32).reshape(4, 8) % 3).tolist()  # the input is not changed
     changed = [r for r in range(4) if moved[r].tolist() != devices[r].tolist()]
     assert set(changed) <= set(rows)
