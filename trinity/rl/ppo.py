@@ -247,12 +247,9 @@ class TrinityAgent(TwoLevelAgent):
     def _block_moved(self, strategy, generator: torch.Generator):
         """The batch with ``block_moves`` of its samples block-moved, and every sample's devices' log-probabilities
         under the distribution that sampled them (the parallel decoder's, shared by the batch)."""
-        log_sched = strategy.distributions[1].detach()
-        k = log_sched.shape[0]
+        log_sched = strategy.distributions[1]
         devices = block_moved_devices(strategy.devices, log_sched.shape[1], self.options.block_moves, generator)
-        logp = strategy.logp.clone()
-        logp[:, -k:] = log_sched[torch.arange(k), devices]
-        return replace(strategy, devices=devices, logp=logp)
+        return _with_devices(strategy, devices, log_sched)
 
     def update(self, samples: Samples, rewards: torch.Tensor, iteration: int) -> dict[str, float]:
         o, strategy = self.options, samples.data
@@ -297,10 +294,7 @@ class TrinityAgent(TwoLevelAgent):
         distribution that sampled them (the parallel decoder's, shared by the batch)."""
         with torch.no_grad():
             log_sched = (strategy.distributions or self.policy.one_pass(strategy))[1]
-        devices = relabelled_devices(strategy.devices, log_sched, self.classes)
-        logp = strategy.logp.clone()
-        logp[:, -devices.shape[1]:] = log_sched.detach()[torch.arange(devices.shape[1]), devices]
-        return replace(strategy, devices=devices, logp=logp)
+        return _with_devices(strategy, relabelled_devices(strategy.devices, log_sched, self.classes), log_sched)
 
     def _keep_elite(self, strategy, rewards: torch.Tensor) -> None:
         """The best (groups, devices, reward) sampled so far."""
@@ -328,3 +322,12 @@ class TrinityAgent(TwoLevelAgent):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.elite, self.imitating = state.get("elite"), state.get("imitating", False)
+
+
+def _with_devices(strategy, devices: torch.Tensor, log_sched: torch.Tensor):
+    """``strategy`` with its groups' devices replaced by ``devices`` [B, k], and their log-probabilities under
+    ``log_sched`` [k, D], the distribution that sampled the batch."""
+    k = devices.shape[1]
+    logp = strategy.logp.clone()
+    logp[:, -k:] = log_sched.detach()[torch.arange(k), devices]
+    return replace(strategy, devices=devices, logp=logp)
