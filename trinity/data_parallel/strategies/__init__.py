@@ -47,6 +47,7 @@ class SyncStrategy:
         return None
 
     def step(self, step: int, samples: int, compute_s: float) -> None:
+        """After this rank computed ``samples`` of the step in ``compute_s`` seconds of its thread's CPU time."""
         raise NotImplementedError
 
     def finish_epoch(self) -> None:
