@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from trinity.cluster import Cluster
 from trinity.errors import PlacementError
@@ -115,6 +114,8 @@ def favorite_parents(graph: OpGraph, cluster: Cluster) -> np.ndarray:
     bounds = np.zeros((n + m + 1, 2))
     bounds[:, 1] = np.inf
     bounds[xs, 1] = 1.0
+    from scipy.optimize import linprog  # here, not at the top: 0.8 s of import for every process that loads the placers
+
     res = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
     if res.status != 0:
         raise PlacementError(f"m-sct: LP relaxation failed: {res.message}", field="placer")
