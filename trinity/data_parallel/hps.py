@@ -3,8 +3,9 @@
 Three parts, each on top of `trinity.data_parallel.ps.ParameterServer`:
 
 * batch shares: each worker computes a share of every global batch proportional to its measured
-  speed (samples per second of its own computation, in its thread's CPU time), so all finish a step together; speeds are
-  re-measured every few steps (`SpeedMeter`, exponential average) and the shares re-split;
+  speed (samples per second of its own computation, in its thread's CPU time), so all finish a step
+  together; speeds are re-measured every few steps (`SpeedMeter`, exponential average) and the shares
+  re-split;
 * overlap: the exchange of step t (gradients in, parameters out) runs on the link thread while the
   workers compute step t + 1 on the parameters they have, one update behind (gradients one step
   stale, as in pipelined SGD), and applies its result after that computation;
