@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -261,14 +261,29 @@ search-regime-seeds-budget100: params  ## the same at the previous budget: 100 i
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_regime_seeds20_budget100.csv --only regime --seeds 20 \
 	  --loop '$(BUDGET_100)'
 
+# the default's block-moves racer (conf/experiment/default.yaml's race_agents[1])
+BLOCK_RACER = {"block_moves": 0.25, "op_costs": "cluster", "policy": {"locality_order": "bisection"}}
 # Where the regime's Trinity ends (README's *How deep is the regime's basin?*): a longer leader, finer
 # exploration, finer block-racer groups; then every committed regime strategy scored by the regime's MDPE reward
 # and annealing from each Trinity strategy and from METIS's
 search-regime-basin: params  ## the regime's basin: four variants (~20 min), then the rescoring and annealing (~5 min)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_regime_basin_variants.csv --only regime \
 	  --variant 'long500={"iterations": 500, "race_share": 0.48}' --variant 'ex2={"explore": 2}' \
-	  --variant 'ex4={"explore": 4}' --variant 'bm128={"race_agents": [{}, {"block_moves": 0.25, "op_costs": "cluster", "num_groups": 128, "policy": {"locality_order": "bisection"}}]}'
+	  --variant 'ex4={"explore": 4}' --variant 'bm128={"race_agents": [{}, {"block_moves": 0.25, "op_costs": "cluster", "num_groups": 128, "policy": {"locality_order": "bisection"}}]}' \
+	  --variant 'r3={"racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}' \
+	  --variant 'r4={"racers": 4, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER)]}' \
+	  --variant 'r3 500 same race={"iterations": 500, "race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}' \
+	  --variant 'r3 500={"iterations": 500, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}'
 	$(PY) benchmarks/regime_rescore.py
+
+# A candidate default: a second block racer and 500 iterations, the race as long as today's (240 iterations, now
+# 80 a racer), on every default case and on the fresh synthetic graphs (README's *How deep is the regime's basin?*)
+THREE_RACERS_500 = {"iterations": 500, "race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}
+search-default-three-racers: params  ## that candidate on the default experiment's cases (~25 min), then held out (~45 min)
+	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_three_racers_500.csv \
+	  --variant 'r3 500=$(THREE_RACERS_500)'
+	$(MAKE) search-fresh-variant NAME=three_racers_500 ITERATIONS=500 \
+	  SEARCH='{"race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}'
 
 search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
 	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv
