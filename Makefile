@@ -264,9 +264,9 @@ search-regime-seeds-budget100: params  ## the same at the previous budget: 100 i
 # the default's block-moves racer (conf/experiment/default.yaml's race_agents[1])
 BLOCK_RACER = {"block_moves": 0.25, "op_costs": "cluster", "policy": {"locality_order": "bisection"}}
 # Where the regime's Trinity ends (README's *How deep is the regime's basin?*): a longer leader, finer
-# exploration, finer block-racer groups; then every committed regime strategy scored by the regime's MDPE reward
+# exploration, finer block-racer groups, more block racers; then every committed regime strategy scored by the regime's MDPE reward
 # and annealing from each Trinity strategy and from METIS's
-search-regime-basin: params  ## the regime's basin: four variants (~20 min), then the rescoring and annealing (~5 min)
+search-regime-basin: params  ## the regime's basin: eight variants (~30 min), then the rescoring and annealing (~2 min)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_regime_basin_variants.csv --only regime \
 	  --variant 'long500={"iterations": 500, "race_share": 0.48}' --variant 'ex2={"explore": 2}' \
 	  --variant 'ex4={"explore": 4}' --variant 'bm128={"race_agents": [{}, {"block_moves": 0.25, "op_costs": "cluster", "num_groups": 128, "policy": {"locality_order": "bisection"}}]}' \
