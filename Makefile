@@ -263,9 +263,9 @@ search-regime-seeds-budget100: params  ## the same at the previous budget: 100 i
 
 # the default's block-moves racer (conf/experiment/default.yaml's race_agents[1])
 BLOCK_RACER = {"block_moves": 0.25, "op_costs": "cluster", "policy": {"locality_order": "bisection"}}
-# Where the regime's Trinity ends (README's *How deep is the regime's basin?*): a longer leader, finer
-# exploration, finer block-racer groups, more block racers; then every committed regime strategy scored by the regime's MDPE reward
-# and annealing from each Trinity strategy and from METIS's
+# Where the regime's Trinity ends (README's *How deep is the regime's basin?*): a longer leader, finer exploration,
+# finer block-racer groups, more block racers; then every committed regime strategy scored by the regime's MDPE
+# reward, and annealing from each Trinity strategy and from METIS's
 search-regime-basin: params  ## the regime's basin: eight variants (~30 min), then the rescoring and annealing (~2 min)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_regime_basin_variants.csv --only regime \
 	  --variant 'long500={"iterations": 500, "race_share": 0.48}' --variant 'ex2={"explore": 2}' \
@@ -277,9 +277,10 @@ search-regime-basin: params  ## the regime's basin: eight variants (~30 min), th
 	$(PY) benchmarks/regime_rescore.py
 
 # A candidate default: a second block racer and 500 iterations, the race as long as today's (240 iterations, now
-# 80 a racer), on every default case and on the fresh synthetic graphs (README's *How deep is the regime's basin?*)
+# 80 a racer), on every default case, the fresh synthetic graphs and the variety graphs (README's *How deep is the
+# regime's basin?*)
 THREE_RACERS_500 = {"iterations": 500, "race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}
-search-default-three-racers: params  ## that candidate on the default cases (~25 min), the fresh (~45) and variety graphs (~95)
+search-default-three-racers: params  ## that candidate on the default cases (~20 min), the fresh (~55) and variety graphs (~90)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_three_racers_500.csv \
 	  --variant 'r3 500=$(THREE_RACERS_500)'
 	$(MAKE) search-fresh-variant NAME=three_racers_500 ITERATIONS=500 \
