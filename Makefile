@@ -279,14 +279,15 @@ search-regime-basin: params  ## the regime's basin: eight variants (~30 min), th
 # A candidate default: a second block racer and 500 iterations, the race as long as today's (240 iterations, now
 # 80 a racer), on every default case, the fresh synthetic graphs and the variety graphs (README's *How deep is the
 # regime's basin?*)
+THREE_RACERS = {"race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}
 THREE_RACERS_500 = {"iterations": 500, "race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}
 search-default-three-racers: params  ## that candidate on the default cases (~20 min), the fresh (~55) and variety graphs (~90)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_three_racers_500.csv \
 	  --variant 'r3 500=$(THREE_RACERS_500)'
 	$(MAKE) search-fresh-variant NAME=three_racers_500 ITERATIONS=500 \
-	  SEARCH='{"race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}'
+	  SEARCH='$(THREE_RACERS)'
 	$(MAKE) search-variety-variant NAME=three_racers_500 ITERATIONS=500 \
-	  SEARCH='{"race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}'
+	  SEARCH='$(THREE_RACERS)'
 
 search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
 	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv
