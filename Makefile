@@ -27,7 +27,7 @@ test-slurm: $(STAMP)  ## the SLURM path end to end on a SLURM started here (inst
 	$(PY) -m pytest -q --runslow tests/test_slurm.py
 
 # The pipeline (dvc.yaml): compose conf/ for $(EXPERIMENT) into its params.yaml, then `dvc repro` in
-# its folder under one MLflow parent run. EXPERIMENT=default (~110 min; the checkout root's params.yaml,
+# its folder under one MLflow parent run. EXPERIMENT=default (~2 h; the checkout root's params.yaml,
 # dvc.lock, results/, reports/), smoke (CI, minutes), paper (hours), or your own conf/experiment/<name>.yaml:
 # each of those in experiments/<name>/.
 EXPERIMENT ?= default
@@ -261,7 +261,7 @@ search-regime-seeds-budget100: params  ## the same at the previous budget: 100 i
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_regime_seeds20_budget100.csv --only regime --seeds 20 \
 	  --loop '$(BUDGET_100)'
 
-# the default's block-moves racer (conf/experiment/default.yaml's race_agents[1])
+# the default's block-moves racer (conf/experiment/default.yaml's race_agents[1] and [2])
 BLOCK_RACER = {"block_moves": 0.25, "op_costs": "cluster", "policy": {"locality_order": "bisection"}}
 # Where the regime's Trinity ends (README's *How deep is the regime's basin?*): a longer leader, finer exploration,
 # finer block-racer groups, more block racers; then every committed regime strategy scored by the regime's MDPE
@@ -276,12 +276,13 @@ search-regime-basin: params  ## the regime's basin: eight variants (~30 min), th
 	  --variant 'r3 500={"iterations": 500, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}'
 	$(PY) benchmarks/regime_rescore.py
 
-# A candidate default: a second block racer and 500 iterations, the race as long as today's (240 iterations, now
-# 80 a racer), on every default case, the fresh synthetic graphs and the variety graphs (README's *How deep is the
+# Today's default (conf/experiment/default.yaml's methods.trinity.search since stop 66): a second block racer and
+# 500 iterations, the race as long as before (240 iterations, now 80 a racer), on every default case beside the
+# experiment's committed runs, then on the fresh synthetic graphs and the variety graphs (README's *How deep is the
 # regime's basin?*)
 THREE_RACERS = {"race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}
 THREE_RACERS_500 = {"iterations": 500, "race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}
-search-default-three-racers: params  ## that candidate on the default cases (~20 min), the fresh (~55) and variety graphs (~90)
+search-default-three-racers: params  ## today's default on the default cases (~20 min), the fresh (~55) and variety graphs (~90)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_three_racers_500.csv \
 	  --variant 'r3 500=$(THREE_RACERS_500)'
 	$(MAKE) search-fresh-variant NAME=three_racers_500 ITERATIONS=500 \

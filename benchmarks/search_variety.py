@@ -8,7 +8,9 @@ Synthetic training graphs (trinity.graph.synthetic.training_graph: convolution-a
 measured-cost-like, seeds and sizes not used while choosing Trinity's settings) and synthetic layered
 DAGs (`trinity.graph.synthetic.GRAPH_SETS`: the development set, or the fresh one with ``--fresh``), plus
 any graph files given, on 2 and 4 P100s. Per case: every placer, Trinity from scratch at the
-default experiment's budget (300 iterations x 64, two racers: ``DEFAULT_SEARCH``) over 2 seeds, and
+default's budget before the block-moves portfolio (300 iterations x 64, two racers: ``DEFAULT_SEARCH``,
+the base every variant table here ran over; today's default is ``--iterations 500`` with `make`'s
+``THREE_RACERS``: `make search-default-three-racers`) over 2 seeds, and
 calibrated simulated annealing from one device (round-robin where one device cannot hold the graph) read
 at Trinity's own wall time.
 ``--agent`` sets Trinity's options (a variant of the defaults). Writes one row per run (``--csv``),
@@ -42,7 +44,9 @@ from trinity.rl.search import Search, SearchConfig  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
 
 PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
-#: the default experiment's loop settings for Trinity from scratch (conf/experiment/default.yaml), under ``--search``
+#: the loop settings of the default before the block-moves portfolio, under ``--search`` (kept: every committed
+#: variant table ran over them; today's default, conf/experiment/default.yaml, sets racers, race_share and
+#: race_agents itself)
 DEFAULT_SEARCH = {"racers": 2}
 
 
