@@ -272,7 +272,7 @@ search-regime-basin: params  ## the regime's basin: eight variants (~30 min), th
 	  --variant 'ex4={"explore": 4}' --variant 'bm128={"race_agents": [{}, {"block_moves": 0.25, "op_costs": "cluster", "num_groups": 128, "policy": {"locality_order": "bisection"}}]}' \
 	  --variant 'r3={"racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}' \
 	  --variant 'r4={"racers": 4, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER)]}' \
-	  --variant 'r3 500 same race={"iterations": 500, "race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}' \
+	  --variant 'r3 500 same race=$(THREE_RACERS_500)' \
 	  --variant 'r3 500={"iterations": 500, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}'
 	$(PY) benchmarks/regime_rescore.py
 
@@ -280,8 +280,9 @@ search-regime-basin: params  ## the regime's basin: eight variants (~30 min), th
 # 500 iterations, the race as long as before (240 iterations, now 80 a racer), on every default case beside the
 # experiment's committed runs, then on the fresh synthetic graphs and the variety graphs (README's *How deep is the
 # regime's basin?*)
-THREE_RACERS = {"race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}
-THREE_RACERS_500 = {"iterations": 500, "race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}
+THREE_RACE = "race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]
+THREE_RACERS = {$(THREE_RACE)}
+THREE_RACERS_500 = {"iterations": 500, $(THREE_RACE)}
 search-default-three-racers: params  ## today's default on the default cases (~20 min), the fresh (~55) and variety graphs (~90)
 	$(PY) benchmarks/search_default_cases.py --csv reports/search_default_three_racers_500.csv \
 	  --variant 'r3 500=$(THREE_RACERS_500)'
