@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -290,6 +290,33 @@ search-default-three-racers: params  ## today's default on the default cases (~2
 	  SEARCH='$(THREE_RACERS)'
 	$(MAKE) search-variety-variant NAME=three_racers_500 ITERATIONS=500 \
 	  SEARCH='$(THREE_RACERS)'
+
+# A candidate for the next default (stop 67): four block racers beside the METIS one, the same race and budget (240
+# race iterations, now 48 a racer; the leader 260), against today's default in the same run, per default case; then
+# the regime's Hierarchical from scratch rerun, as its search_regime jobs run it; then on the fresh synthetic graphs,
+# today's default rerun beside it (README's *More draws of the basin*)
+FIVE_RACE = "race_share": 0.48, "racers": 5, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER)]
+FIVE_RACERS_500 = {"iterations": 500, $(FIVE_RACE)}
+# the regime's Hierarchical from scratch, rerun beside the candidate (outside DVC)
+FIVE_OUT := out/five_racers
+FIVE_HYDRA := -cd . -cn params hydra.run.dir=. hydra.output_subdir=null hydra/job_logging=stdout \
+	mlflow.uri=sqlite:///$(FIVE_OUT)/mlflow.db
+search-default-five-racers: params  ## the candidate and today's default on the default cases (~25 min), the fresh graphs (~2 x 30)
+	$(PY) benchmarks/search_default_cases.py --only 'inception_v3 p100' --csv reports/search_default_five_racers_inception_v3.csv \
+	  --variant 'r3 500=$(THREE_RACERS_500)' --variant 'r5 500=$(FIVE_RACERS_500)'
+	$(PY) benchmarks/search_default_cases.py --only layered12 --csv reports/search_default_five_racers_layered12.csv \
+	  --variant 'r3 500=$(THREE_RACERS_500)' --variant 'r5 500=$(FIVE_RACERS_500)'
+	$(PY) benchmarks/search_default_cases.py --only regime --csv reports/search_default_five_racers_regime.csv \
+	  --variant 'r3 500=$(THREE_RACERS_500)' --variant 'r5 500=$(FIVE_RACERS_500)'
+	mkdir -p $(FIVE_OUT)
+	for s in 0 1 2 3 4; do $(PY) pipeline/search.py $(FIVE_HYDRA) job.model=inception_v3_paper job.cluster=p100x4 \
+	  job.method=hierarchical job.seed=$$s paths.results=$(FIVE_OUT) reward.comm_tolerance_GB=0.5 \
+	  reward.memory_tolerance_GB=2.0 || exit 1; done
+	$(PY) -c "import json, pathlib, pandas as pd; pd.DataFrame([json.loads(f.read_text()) for f in \
+	  sorted(pathlib.Path('$(FIVE_OUT)/search/inception_v3_paper').glob('*.metrics.json'))]).to_csv(\
+	  'reports/search_default_five_racers_regime_hierarchical.csv', index=False)"
+	$(MAKE) search-fresh-variant NAME=five_racers_500 ITERATIONS=500 SEARCH='{$(FIVE_RACE)}'
+	$(MAKE) search-fresh-variant NAME=three_racers_500_rerun ITERATIONS=500 SEARCH='$(THREE_RACERS)'
 
 search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
 	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv
