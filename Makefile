@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -317,6 +317,20 @@ search-default-five-racers: params  ## the candidate and today's default on the 
 	  'reports/search_default_five_racers_regime_hierarchical.csv', index=False)"
 	$(MAKE) search-fresh-variant NAME=five_racers_500 ITERATIONS=500 SEARCH='{$(FIVE_RACE)}'
 	$(MAKE) search-fresh-variant NAME=three_racers_500_rerun ITERATIONS=500 SEARCH='$(THREE_RACERS)'
+
+# Five racers at full length (stop 67): every racer its 80 race iterations (five racers: 400, the leader 260; 660 in
+# all, 1.3x the budget) against today's three racers at the same 660 (the leader 420), per default case; then five
+# racers on the fresh synthetic graphs (README's *Five racers at full length*)
+R3_660 = {"iterations": 660, "race_share": 0.364, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}
+FIVE_RACE_660 = "race_share": 0.606, "racers": 5, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER)]
+search-default-racers-660: params  ## five racers at 80 iterations each against three at 660 (~35 min), the fresh graphs (~35)
+	$(PY) benchmarks/search_default_cases.py --only regime --csv reports/search_default_racers_660_regime.csv \
+	  --variant 'r3 660=$(R3_660)' --variant 'r5 660={"iterations": 660, $(FIVE_RACE_660)}'
+	$(PY) benchmarks/search_default_cases.py --only 'inception_v3 p100' --csv reports/search_default_racers_660_inception_v3.csv \
+	  --variant 'r3 660=$(R3_660)' --variant 'r5 660={"iterations": 660, $(FIVE_RACE_660)}'
+	$(PY) benchmarks/search_default_cases.py --only layered12 --csv reports/search_default_racers_660_layered12.csv \
+	  --variant 'r3 660=$(R3_660)' --variant 'r5 660={"iterations": 660, $(FIVE_RACE_660)}'
+	$(MAKE) search-fresh-variant NAME=five_racers_660 ITERATIONS=660 SEARCH='{$(FIVE_RACE_660)}'
 
 search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
 	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv
