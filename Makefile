@@ -291,7 +291,7 @@ search-default-three-racers: params  ## today's default on the default cases (~2
 	$(MAKE) search-variety-variant NAME=three_racers_500 ITERATIONS=500 \
 	  SEARCH='$(THREE_RACERS)'
 
-# A candidate for the next default (stop 67): four block racers beside the METIS one, the same race and budget (240
+# Tried at stop 67, not adopted: four block racers beside the METIS one, the same race and budget (240
 # race iterations, now 48 a racer; the leader 260), against today's default in the same run, per default case; then
 # the regime's Hierarchical from scratch rerun, as its search_regime jobs run it; then on the fresh synthetic graphs,
 # today's default rerun beside it (README's *More draws of the basin*)
@@ -318,7 +318,7 @@ search-default-five-racers: params  ## the candidate and today's default on the 
 	$(MAKE) search-fresh-variant NAME=five_racers_500 ITERATIONS=500 SEARCH='{$(FIVE_RACE)}'
 	$(MAKE) search-fresh-variant NAME=three_racers_500_rerun ITERATIONS=500 SEARCH='$(THREE_RACERS)'
 
-# Five racers at full length (stop 67): every racer its 80 race iterations (five racers: 400, the leader 260; 660 in
+# Five racers at full length (stop 67, a candidate not yet adopted): every racer its 80 race iterations (five racers: 400, the leader 260; 660 in
 # all, 1.3x the budget) against today's three racers at the same 660 (the leader 420), per default case; then five
 # racers on the fresh synthetic graphs (README's *Five racers at full length*)
 R3_660 = {"iterations": 660, "race_share": 0.364, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}
