@@ -163,7 +163,7 @@ def test_the_default_validation_covers_two_models_twice_and_bad_settings_name_th
     assert check_validation(cfg, "inception_v3") == [8] and check_validation(cfg, "nmt_2layer_s12") == [8]
     assert config.compose(["experiment=smoke"]).validation.runs == 1
     assert list(cfg.validation.anchor_range) == [0.5, 2.0]  # the smoke graph's ms steps get a wider one
-    assert list(config.compose(["experiment=smoke"]).validation.anchor_range) == [0.2, 5.0]
+    assert list(config.compose(["experiment=smoke"]).validation.anchor_range) == [0.2, 20.0]
     assert cfg.validation.refit_to_rounds is False
     cores = len(os.sched_getaffinity(0))
     for override, model, field in (("validation.batches=[0]", "inception_v3", "validation.batches[0]"),
