@@ -280,7 +280,8 @@ search-regime-basin: params  ## the regime's basin: eight variants (~30 min), th
 # 500 iterations, the race as long as before (240 iterations, now 80 a racer), on every default case beside the
 # experiment's committed runs, then on the fresh synthetic graphs and the variety graphs (README's *How deep is the
 # regime's basin?*)
-THREE_RACE = "race_share": 0.48, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]
+THREE_AGENTS = "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]
+THREE_RACE = "race_share": 0.48, $(THREE_AGENTS)
 THREE_RACERS = {$(THREE_RACE)}
 THREE_RACERS_500 = {"iterations": 500, $(THREE_RACE)}
 search-default-three-racers: params  ## today's default on the default cases (~20 min), the fresh (~55) and variety graphs (~90)
@@ -295,7 +296,8 @@ search-default-three-racers: params  ## today's default on the default cases (~2
 # race iterations, now 48 a racer; the leader 260), against today's default in the same run, per default case; then
 # the regime's Hierarchical from scratch rerun, as its search_regime jobs run it; then on the fresh synthetic graphs,
 # today's default rerun beside it (README's *More draws of the basin*)
-FIVE_RACE = "race_share": 0.48, "racers": 5, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER)]
+FIVE_AGENTS = "racers": 5, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER)]
+FIVE_RACE = "race_share": 0.48, $(FIVE_AGENTS)
 FIVE_RACERS_500 = {"iterations": 500, $(FIVE_RACE)}
 # the regime's Hierarchical from scratch, rerun beside the candidate (outside DVC)
 FIVE_OUT := out/five_racers
@@ -318,11 +320,11 @@ search-default-five-racers: params  ## the candidate and today's default on the 
 	$(MAKE) search-fresh-variant NAME=five_racers_500 ITERATIONS=500 SEARCH='{$(FIVE_RACE)}'
 	$(MAKE) search-fresh-variant NAME=three_racers_500_rerun ITERATIONS=500 SEARCH='$(THREE_RACERS)'
 
-# Five racers at full length (stop 67, a candidate not yet adopted): every racer its 80 race iterations (five racers: 400, the leader 260; 660 in
-# all, 1.3x the budget) against today's three racers at the same 660 (the leader 420), per default case; then five
+# Five racers at full length (stop 67, a candidate not yet adopted): every racer its 80 race iterations (five
+# racers: 400, the leader 260; 660 in all, 1.3x the budget) against today's three racers at the same 660 (the leader 420), per default case; then five
 # racers on the fresh synthetic graphs (README's *Five racers at full length*)
-R3_660 = {"iterations": 660, "race_share": 0.364, "racers": 3, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER)]}
-FIVE_RACE_660 = "race_share": 0.606, "racers": 5, "race_agents": [{}, $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER), $(BLOCK_RACER)]
+R3_660 = {"iterations": 660, "race_share": 0.364, $(THREE_AGENTS)}
+FIVE_RACE_660 = "race_share": 0.606, $(FIVE_AGENTS)
 search-default-racers-660: params  ## five racers at 80 iterations each against three at 660 (~35 min), the fresh graphs (~35)
 	$(PY) benchmarks/search_default_cases.py --only regime --csv reports/search_default_racers_660_regime.csv \
 	  --variant 'r3 660=$(R3_660)' --variant 'r5 660={"iterations": 660, $(FIVE_RACE_660)}'
