@@ -320,12 +320,13 @@ search-default-five-racers: params  ## the candidate and today's default on the 
 	$(MAKE) search-fresh-variant NAME=five_racers_500 ITERATIONS=500 SEARCH='{$(FIVE_RACE)}'
 	$(MAKE) search-fresh-variant NAME=three_racers_500_rerun ITERATIONS=500 SEARCH='$(THREE_RACERS)'
 
-# Five racers at full length (stop 67, a candidate not yet adopted): every racer its 80 race iterations (five
-# racers: 400, the leader 260; 660 in all, 1.3x the budget) against today's three racers at the same 660 (the leader 420), per default case; then five
-# racers on the fresh synthetic graphs (README's *Five racers at full length*)
+# Five racers at full length (stop 67; today's default since stop 68): every racer its 80 race iterations (five
+# racers: 400, the leader 260; 660 in all, 1.3x the budget) against the three racers of stop 66's default at the same
+# 660 (the leader 420), per default case; then five racers on the fresh synthetic graphs and the variety graphs
+# (README's *Five racers at full length*)
 R3_660 = {"iterations": 660, "race_share": 0.364, $(THREE_AGENTS)}
 FIVE_RACE_660 = "race_share": 0.606, $(FIVE_AGENTS)
-search-default-racers-660: params  ## five racers at 80 iterations each against three at 660 (~35 min), the fresh graphs (~35)
+search-default-racers-660: params  ## five racers at 80 iterations each against three at 660 (~35 min), the fresh (~35) and variety graphs (~45)
 	$(PY) benchmarks/search_default_cases.py --only regime --csv reports/search_default_racers_660_regime.csv \
 	  --variant 'r3 660=$(R3_660)' --variant 'r5 660={"iterations": 660, $(FIVE_RACE_660)}'
 	$(PY) benchmarks/search_default_cases.py --only 'inception_v3 p100' --csv reports/search_default_racers_660_inception_v3.csv \
@@ -333,6 +334,7 @@ search-default-racers-660: params  ## five racers at 80 iterations each against 
 	$(PY) benchmarks/search_default_cases.py --only layered12 --csv reports/search_default_racers_660_layered12.csv \
 	  --variant 'r3 660=$(R3_660)' --variant 'r5 660={"iterations": 660, $(FIVE_RACE_660)}'
 	$(MAKE) search-fresh-variant NAME=five_racers_660 ITERATIONS=660 SEARCH='{$(FIVE_RACE_660)}'
+	$(MAKE) search-variety-variant NAME=five_racers_660 ITERATIONS=660 SEARCH='{$(FIVE_RACE_660)}'
 
 search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
 	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv

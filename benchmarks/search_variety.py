@@ -9,8 +9,8 @@ measured-cost-like, seeds and sizes not used while choosing Trinity's settings) 
 DAGs (`trinity.graph.synthetic.GRAPH_SETS`: the development set, or the fresh one with ``--fresh``), plus
 any graph files given, on 2 and 4 P100s. Per case: every placer, Trinity from scratch at the
 default's budget before the block-moves portfolio (300 iterations x 64, two racers: ``DEFAULT_SEARCH``,
-the base every variant table here ran over; today's default is ``--iterations 500`` with `make`'s
-``THREE_RACERS``: `make search-default-three-racers`) over 2 seeds, and
+the base every variant table here ran over; today's default is ``--iterations 660`` with `make`'s
+``FIVE_RACE_660``: `make search-default-racers-660`) over 2 seeds, and
 calibrated simulated annealing from one device (round-robin where one device cannot hold the graph) read
 at Trinity's own wall time.
 ``--agent`` sets Trinity's options (a variant of the defaults). Writes one row per run (``--csv``),

@@ -153,6 +153,17 @@ def test_zero_tolerances_are_refused_naming_the_key():
     assert runtime_only.reward.beta == 0 and runtime_only.reward.gamma == 0 and runtime_only.reward.alpha == 0.5
 
 
+def test_the_default_trinity_races_five_racers_for_80_turns_each_then_the_leader_for_260():
+    from trinity.stages.config import search_config
+
+    sc = search_config(config.compose(["experiment=default"]), "trinity", seed=0)
+    assert (sc.iterations, sc.racers, sc.race_iterations) == (660, 5, 80)
+    assert sc.iterations - sc.racers * sc.race_iterations == 260
+    # the METIS racer (the agent's own options), then four block racers over bisection groups
+    block = {"block_moves": 0.25, "op_costs": "cluster", "policy": {"locality_order": "bisection"}}
+    assert sc.race_agents == [{}] + [block] * 4 and sc.racer_agent(0) == sc.agent
+
+
 def test_the_default_validation_covers_two_models_twice_and_bad_settings_name_their_field():
     import os
 

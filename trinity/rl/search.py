@@ -113,6 +113,11 @@ class SearchConfig:
                 raise TrinityError(f"must be a mapping of agent options, got {own!r}", field=f"race_agents.{j}")
             typed_options(agent_class(self.method).Options, self.racer_agent(j), f"race_agents.{j}")
 
+    @property
+    def race_iterations(self) -> int:
+        """Each racer's turns before the leader runs the rest alone (`RacingAgent`'s ``race_iterations``)."""
+        return max(1, round(self.race_share * self.iterations / self.racers))
+
     def racer_agent(self, j: int) -> dict:
         """Racer j's agent options: ``race_agents[j]`` merged over ``agent`` (nested keys merged)."""
         return merged(self.agent, self.race_agents[j]) if j < len(self.race_agents) else dict(self.agent)
@@ -156,7 +161,7 @@ class Search:
             return agent_class(cfg.method)(graph, cluster, options, replace(ctx, seed=seed))
 
         self.agent: Agent = make_agent(cfg.seed) if cfg.racers == 1 else RacingAgent(
-            make_agent, cfg.seed, cfg.racers, max(1, round(cfg.race_share * cfg.iterations / cfg.racers)))
+            make_agent, cfg.seed, cfg.racers, cfg.race_iterations)
         self.num_groups = self.agent.num_groups
         _check_groups(graph, cluster, self.num_groups)
         self.generator = torch.Generator().manual_seed(cfg.seed)
