@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--batch", type=int, default=TRINITY_SCRATCH_BATCH, help="strategies per iteration")
     parser.add_argument("--csv", default="reports/search_variety.csv")
+    parser.add_argument("--only", default="", help="run the cases whose name contains this, e.g. 'layered4000'")
     parser.add_argument("--fresh", action="store_true",
                         help="synthetic graphs of new sizes and seeds instead (held out from every choice so far)")
     parser.add_argument("--agent", type=json_object, default={}, metavar="JSON",
@@ -85,6 +86,8 @@ def main() -> None:
     for graph in graphs(args.graphs, args.fresh):
         for cluster in (load_cluster("p100x2"), load_cluster("p100x4")):
             case = f"{graph.name} ({graph.n_ops} ops) {cluster.name}"
+            if args.only not in case:
+                continue
             if graph.group_static_memory().sum() > cluster.memory.sum():
                 print(f"{case}: skipped, the cluster cannot hold the graph's weights")
                 continue
@@ -112,6 +115,8 @@ def main() -> None:
                              "step_time_ms": best_step_within(sa.curve, wall) / 1e3, "fits": True,
                              "busiest_share": float("nan"), "seconds": wall})
             pd.DataFrame(rows).to_csv(args.csv, index=False)
+    if not rows:
+        parser.error(f"--only {args.only!r}: no case's name contains it")
     table = pd.DataFrame(rows)
     summary = []
     for case, part in table.groupby("case", sort=False):
