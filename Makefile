@@ -326,13 +326,14 @@ search-default-five-racers: params  ## the candidate and today's default on the 
 # (README's *Five racers at full length*)
 R3_660 = {"iterations": 660, "race_share": 0.364, $(THREE_AGENTS)}
 FIVE_RACE_660 = "race_share": 0.606, $(FIVE_AGENTS)
+R5_660 = {"iterations": 660, $(FIVE_RACE_660)}
 search-default-racers-660: params  ## five racers at 80 iterations each against three at 660 (~35 min), the fresh (~35) and variety graphs (~45)
 	$(PY) benchmarks/search_default_cases.py --only regime --csv reports/search_default_racers_660_regime.csv \
-	  --variant 'r3 660=$(R3_660)' --variant 'r5 660={"iterations": 660, $(FIVE_RACE_660)}'
+	  --variant 'r3 660=$(R3_660)' --variant 'r5 660=$(R5_660)'
 	$(PY) benchmarks/search_default_cases.py --only 'inception_v3 p100' --csv reports/search_default_racers_660_inception_v3.csv \
-	  --variant 'r3 660=$(R3_660)' --variant 'r5 660={"iterations": 660, $(FIVE_RACE_660)}'
+	  --variant 'r3 660=$(R3_660)' --variant 'r5 660=$(R5_660)'
 	$(PY) benchmarks/search_default_cases.py --only layered12 --csv reports/search_default_racers_660_layered12.csv \
-	  --variant 'r3 660=$(R3_660)' --variant 'r5 660={"iterations": 660, $(FIVE_RACE_660)}'
+	  --variant 'r3 660=$(R3_660)' --variant 'r5 660=$(R5_660)'
 	$(MAKE) search-fresh-variant NAME=five_racers_660 ITERATIONS=660 SEARCH='{$(FIVE_RACE_660)}'
 	$(MAKE) search-variety-variant NAME=five_racers_660 ITERATIONS=660 SEARCH='{$(FIVE_RACE_660)}'
 
