@@ -98,6 +98,31 @@ def test_draw_rows_samples_each_row_by_inverse_cdf():
     torch.testing.assert_close(freq, probs[2].double(), atol=0.01, rtol=0)
 
 
+def test_draw_rows_draws_what_one_search_over_the_rows_end_to_end_drew():
+    """The search within each row compares the same floats as one search over the rows laid end to end (how
+    the committed runs drew): the same draws, bit for bit, with near-certain and zero-probability columns."""
+    from trinity.rl.policy import _draw_rows
+
+    def end_to_end(log_probs, batch, generator):
+        rows, cols = log_probs.shape
+        cdf = log_probs.double().exp().cumsum(dim=1)
+        cdf = cdf / cdf[:, -1:]
+        offset = torch.arange(rows, dtype=cdf.dtype)
+        flat = (cdf + offset[:, None]).reshape(-1).contiguous()
+        u = torch.rand((batch, rows), generator=generator, dtype=cdf.dtype) + offset
+        return (torch.searchsorted(flat, u.reshape(-1)).view(batch, rows) - torch.arange(rows)[None] * cols).clamp(
+            0, cols - 1)
+
+    torch.manual_seed(3)
+    for rows, cols, batch in ((3840, 64, 16), (64, 4, 64), (5, 3, 1)):
+        logits = torch.randn(rows, cols) * 6
+        logits[::7, 0] = -torch.inf  # zero-probability columns
+        log_probs = torch.log_softmax(logits, 1)
+        draws = _draw_rows(log_probs, batch, torch.Generator().manual_seed(rows))
+        assert draws.is_contiguous() and draws.shape == (batch, rows)
+        assert torch.equal(draws, end_to_end(log_probs, batch, torch.Generator().manual_seed(rows)))
+
+
 def test_expected_group_embeddings_by_hand():
     """Soft group means, compute shares and expected links, on a 3-op chain and a hard partition."""
     g = OpGraph([Op(n, "Add", t, output_bytes=(8,)) for n, t in (("a", 1.0), ("b", 3.0), ("c", 4.0))],
