@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -342,6 +342,15 @@ search-default-racers-660: params  ## five racers at 80 iterations each against 
 search-fresh-budget1200: $(STAMP)  ## today's default at 1,200 iterations on the fresh layered4000, p100x4 (~10 min)
 	$(PY) benchmarks/search_variety.py --fresh --only 'layered4000x6000 (4000 ops) p100x4' --iterations 1200 \
 	  --search '{"race_share": 0.3334, $(FIVE_AGENTS)}' --csv reports/search_fresh_five_racers_1200_layered4000.csv
+
+# The leader's moves: today's default with the race's winner sampling 2 units off its likeliest devices instead of 8
+# once it runs alone (agent.leader_explore; README's *The leader's moves*), on the fresh synthetic graphs
+search-leader-explore: $(STAMP)  ## today's default, the leader exploring 2 units, on the fresh graphs (~25 min)
+	$(MAKE) search-fresh-variant NAME=five_racers_660_leader2 ITERATIONS=660 VARIANT='{"leader_explore": 2}' \
+	  SEARCH='{$(FIVE_RACE_660)}'
+
+leader-moves: $(STAMP)  ## how a settled search spends its iterations: one block racer, 8 and 2 units explored, 3 fresh graphs (~4 min)
+	$(PY) benchmarks/leader_moves.py --csv reports/leader_moves.csv
 
 search-dev: $(STAMP)  ## the graphs the default's settings were chosen on, and the searches' state there (reports/search_dev*.csv; ~10 min)
 	$(PY) benchmarks/search_dev.py --csv reports/search_dev.csv --trace reports/search_dev_trace.csv

@@ -6,7 +6,8 @@ reference graph and any graph files given, each on 4 P100s:
 1. Trinity's time per iteration against Hierarchical's (batch 8), measured interleaved (A, B, A,
    B, ... rounds of iterations; medians), Trinity's seconds per 1,000 iterations, and its time per
    iteration at its own batch from scratch (64), and that with float32 denormals computed as such (the
-   search flushes them to zero: `trinity.rl.search.FLUSH_DENORMALS`), interleaved with it;
+   search flushes them to zero: `trinity.rl.search.FLUSH_DENORMALS`), and that with sampling's draws searched
+   over all rows end to end (as before stop 69: `draw_rows_end_to_end`), interleaved with it;
 2. simulations per second inside a Trinity search (batch 8 and 64) against the simulator's own
    rate on the same placements (one thread, one call after another), and the share of the search's
    wall time spent simulating;
@@ -35,6 +36,7 @@ from trinity.graph import load_graph  # noqa: E402
 from trinity.graph.synthetic import training_graph  # noqa: E402
 from trinity.placers import place  # noqa: E402
 from trinity.placers.annealing import anneal, start_placement  # noqa: E402
+from trinity.rl import policy as policy_module  # noqa: E402
 from trinity.rl import search as search_module  # noqa: E402
 from trinity.rl.defaults import TRINITY_SCRATCH_BATCH  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
@@ -47,9 +49,28 @@ def _search(graph, cluster, method: str, batch: int, tmp: str, folder: str = "",
     return Search(graph, cluster, cfg, Path(tmp) / (folder or f"{method}-{batch}"), progress=False)
 
 
-def _iterations(search: Search, n: int, flush: bool = True) -> float:
-    """Seconds per iteration over ``n`` iterations (``flush``: denormals computed as zero, as searches do)."""
+def draw_rows_end_to_end(log_probs, batch: int, generator):
+    """How sampling drew before stop 69: one sorted search over all rows laid end to end (the baseline the
+    search within each row, `trinity.rl.policy._draw_rows`, is timed against; the same draws)."""
+    import torch
+
+    rows, cols = log_probs.shape
+    cdf = log_probs.detach().double().exp().cumsum(dim=1)
+    cdf = cdf / cdf[:, -1:]
+    offset = torch.arange(rows, dtype=cdf.dtype)
+    flat = (cdf + offset[:, None]).reshape(-1).contiguous()
+    u = torch.rand((batch, rows), generator=generator, dtype=cdf.dtype) + offset
+    index = torch.searchsorted(flat, u.reshape(-1)).view(batch, rows) - torch.arange(rows)[None] * cols
+    return index.clamp(0, cols - 1)
+
+
+def _iterations(search: Search, n: int, flush: bool = True, end_to_end: bool = False) -> float:
+    """Seconds per iteration over ``n`` iterations (``flush``: denormals computed as zero, as searches do;
+    ``end_to_end``: sampling draws as before stop 69, `draw_rows_end_to_end`)."""
     search_module.FLUSH_DENORMALS = flush
+    own = policy_module._draw_rows
+    if end_to_end:
+        policy_module._draw_rows = draw_rows_end_to_end
     try:
         t0 = time.perf_counter()
         for _ in range(n):
@@ -58,6 +79,7 @@ def _iterations(search: Search, n: int, flush: bool = True) -> float:
         return (time.perf_counter() - t0) / n
     finally:
         search_module.FLUSH_DENORMALS = True
+        policy_module._draw_rows = own
 
 
 def per_iteration(graph, cluster, rounds: int, per_round: int) -> dict:
@@ -65,15 +87,18 @@ def per_iteration(graph, cluster, rounds: int, per_round: int) -> dict:
         runs = {m: _search(graph, cluster, m, 8, tmp) for m in ("trinity", "hierarchical")}
         runs["trinity-own"] = _search(graph, cluster, "trinity", TRINITY_SCRATCH_BATCH, tmp)
         runs["trinity-own-denormals"] = _search(graph, cluster, "trinity", TRINITY_SCRATCH_BATCH, tmp, "denormals")
-        for m, s in runs.items():
-            _iterations(s, 2, flush=m != "trinity-own-denormals")  # compile, warm caches
+        runs["trinity-own-end-to-end"] = _search(graph, cluster, "trinity", TRINITY_SCRATCH_BATCH, tmp, "end-to-end")
+        for m, s in runs.items():  # compile, warm caches
+            _iterations(s, 2, flush=m != "trinity-own-denormals", end_to_end=m == "trinity-own-end-to-end")
         times = {m: [] for m in runs}
         for _ in range(rounds):  # interleaved: all see the same machine
             for m, s in runs.items():
-                times[m].append(_iterations(s, per_round, flush=m != "trinity-own-denormals"))
+                times[m].append(_iterations(s, per_round, flush=m != "trinity-own-denormals",
+                                            end_to_end=m == "trinity-own-end-to-end"))
     med = {m: statistics.median(t) for m, t in times.items()}
     return {"trinity_s": med["trinity"], "hierarchical_s": med["hierarchical"], "trinity_own_s": med["trinity-own"],
             "trinity_own_denormals_s": med["trinity-own-denormals"],
+            "trinity_own_end_to_end_s": med["trinity-own-end-to-end"],
             "ratio": med["trinity"] / med["hierarchical"], "groups": runs["trinity"].num_groups,
             "h_groups": runs["hierarchical"].num_groups}
 
@@ -171,14 +196,15 @@ def main() -> None:
           f"{args.per_round} iterations, medians)")
     print(f"{'graph':<24}{'ops':>7}{'k (T/H)':>10}{'Trinity s/it':>14}{'Hier. s/it':>12}{'ratio':>8}"
           f"{'Trinity s/1000 it':>19}{f'Trinity s/it, batch {TRINITY_SCRATCH_BATCH}':>24}{'denormals kept':>16}"
-          f"{'speed-up':>10}")
+          f"{'speed-up':>10}{'rows end to end':>17}{'speed-up':>10}")
     for g in graphs:
         r = per_iteration(g, cluster, args.rounds, args.per_round)
         groups = f"{r['groups']}/{r['h_groups']}"
         print(f"{g.name[:23]:<24}{g.n_ops:>7}{groups:>10}{r['trinity_s']:>14.3f}"
               f"{r['hierarchical_s']:>12.3f}{r['ratio']:>7.2f}x{1000 * r['trinity_s']:>19.0f}"
               f"{r['trinity_own_s']:>24.3f}{r['trinity_own_denormals_s']:>16.3f}"
-              f"{r['trinity_own_denormals_s'] / r['trinity_own_s']:>9.2f}x")
+              f"{r['trinity_own_denormals_s'] / r['trinity_own_s']:>9.2f}x{r['trinity_own_end_to_end_s']:>17.3f}"
+              f"{r['trinity_own_end_to_end_s'] / r['trinity_own_s']:>9.2f}x")
     print(f"bar: ratio <= 1.0x (goal 0.6x); Trinity <= {BAR_S_PER_1000:.0f} s per 1,000 iterations on the "
           f"2-4k-op graph")
 

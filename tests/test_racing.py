@@ -105,3 +105,30 @@ def test_portfolio_settings_are_checked():
         config("trinity", 4, racers=2, race_agents=[{}, 3])
     with pytest.raises(TrinityError, match=r"race_agents\.1\.rate"):
         config("trinity", 4, racers=2, race_agents=[{}, {"rate": 0.05}])
+
+
+def test_the_leader_explores_its_own_units_once_the_race_is_over(tmp_path):
+    """``leader_explore``: the race is the same draw for draw; the winner alone then samples at the temperature
+    that puts that many units off its likeliest devices (0: temperature 1), and keeps leading across a resume."""
+    race = {"racers": 2, "race_share": 0.4}  # 4 turns each (8 iterations), then 12 by the leader
+    default = Search(two_chains(), cluster(), config("trinity", 20, agent={"explore": 1.0}, **race), tmp_path / "a",
+                     progress=False)
+    default.run()
+    leader = config("trinity", 20, agent={"explore": 1.0, "leader_explore": 0.0}, **race)
+    led = Search(two_chains(), cluster(), leader, tmp_path / "b", progress=False)
+    led.run()
+    assert rewards(led)[:8] == rewards(default)[:8]
+    assert [r.leading for r in led.agent.racers] == [j == led.agent.winner for j in range(2)]
+    temperatures = [h["charts/temperature"] for h in led.history]
+    assert temperatures[8:] == [1.0] * 12 and max(h["charts/temperature"] for h in default.history[8:]) > 1.0
+    with pytest.raises(KeyboardInterrupt):  # killed after the checkpoint at iteration 10, the leader's second
+        Search(two_chains(), cluster(), leader, tmp_path / "cut", tracker=KilledAt(11), progress=False).run()
+    resumed = Search(two_chains(), cluster(), leader, tmp_path / "cut", progress=False)
+    assert resumed.agent.racers[led.agent.winner].leading
+    resumed.run()
+    assert rewards(resumed) == rewards(led)
+
+
+def test_leader_explore_is_checked():
+    with pytest.raises(TrinityError, match="leader_explore: must be a number >= 0"):
+        config("trinity", 4, agent={"leader_explore": -1.0})

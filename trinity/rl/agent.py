@@ -96,6 +96,10 @@ class Agent(ABC):
     def imitation_done(self) -> None:
         """Called after a warm start's last step (an agent may reset what imitation disturbed)."""
 
+    def lead(self) -> None:
+        """Called once this agent has won a race (`trinity/rl/racing.py`) and runs the rest of the budget alone
+        (an agent may search differently once its basin is chosen; it keeps that in its state_dict)."""
+
 
 class TwoLevelAgent(Agent):
     """An agent over a two-level policy (``self.policy``) trained with its own Adam (``self.optimizer``) on

@@ -93,6 +93,10 @@ class TrinityOptions:
     #: device or on its best strategy, still tries a few other units and can climb from there; at most one
     #: unit in 12; 0 = off. None = 8 where normalize_advantages' default is on, else 0
     explore: float | None = None
+    #: units a sample is expected to put off their likeliest device once this agent leads a race (runs the rest
+    #: of the budget alone, `trinity/rl/racing.py`): the race has chosen the basin, and in it a sample that moves
+    #: fewer units improves on the best strategy more often (README's *The leader's moves*). None = ``explore``
+    leader_explore: float | None = None
     #: before each update, relabel every sample's devices, within classes of interchangeable devices, to the
     #: labelling the policy finds likeliest (`relabelled_devices`): mirror images of a strategy then push the
     #: policy the same way instead of cancelling (parallel decoder only; off: it trades the paper's regime
@@ -129,6 +133,7 @@ class TrinityOptions:
         check_range("trinity", "grad_clip", self.grad_clip, 0, low_open=True)
         check_range("trinity", "table_lr", self.table_lr, 0, 1.0, low_open=True, allow_none=True)
         check_range("trinity", "explore", self.explore, 0, allow_none=True)
+        check_range("trinity", "leader_explore", self.leader_explore, 0, allow_none=True)
         if self.explore and self.policy.decoder != "parallel":
             raise TrinityError("needs policy.decoder=parallel (the sequential decoder samples group by group)",
                                field="explore")
@@ -215,6 +220,7 @@ class TrinityAgent(TwoLevelAgent):
             classes = cluster.interchangeable()
             self.classes = classes if len(np.unique(classes)) < len(classes) else None
         self.imitating = False  #: the self-imitation term is on (see TrinityOptions.self_imitation_agreement)
+        self.leading = False  #: this agent won a race and runs the rest alone (TrinityOptions.leader_explore)
 
     def reward(self, result) -> float:
         return mdpe_reward(result, self.ctx.reward)
@@ -231,7 +237,10 @@ class TrinityAgent(TwoLevelAgent):
         # the parallel decoder's sampling pass is the update's first (same weights, same values); the
         # sequential one recomputes PPO's old log-probabilities exactly as the update computes the new ones
         # at most one unit in 12: 8 units of layered12's 12 would leave most of its graph random in every sample
-        explore = min(self.options.explore, self.units.n_units / 12) if iteration is not None else 0.0
+        units = self.options.explore
+        if self.leading and self.options.leader_explore is not None:
+            units = self.options.leader_explore
+        explore = min(units, self.units.n_units / 12) if iteration is not None else 0.0
         steps = self.options.policy.block_prior_steps
         # the policy's own choice (no iteration) reads it faded
         block_scale = 1.0 if not steps else 0.0 if iteration is None else max(0.0, 1.0 - iteration / steps)
@@ -316,12 +325,16 @@ class TrinityAgent(TwoLevelAgent):
             unit_device = devices[groups]  # [U]
             return float((log_part.exp() * log_sched.exp()[:, unit_device].T).sum(1).mean())
 
+    def lead(self) -> None:
+        self.leading = True
+
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "elite": self.elite, "imitating": self.imitating}
+        return {**super().state_dict(), "elite": self.elite, "imitating": self.imitating, "leading": self.leading}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.elite, self.imitating = state.get("elite"), state.get("imitating", False)
+        self.leading = state.get("leading", False)
 
 
 def _with_devices(strategy, devices: torch.Tensor, log_sched: torch.Tensor):

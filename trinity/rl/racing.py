@@ -67,6 +67,7 @@ class RacingAgent(Agent):
         metrics = self.racers[j].update(samples, rewards, own)
         if self.winner is None and iteration + 1 >= len(self.racers) * self.race_iterations:
             self.winner = int(np.argmax(self.best))  # ties: the lower seed
+            self.racers[self.winner].lead()
         return {**metrics, "charts/racer": float(j)}
 
     def imitation_loss(self, unit_device: np.ndarray) -> torch.Tensor:
