@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -347,6 +347,14 @@ search-fresh-budget1200: $(STAMP)  ## today's default at 1,200 iterations on the
 # once it runs alone (agent.leader_explore; README's *The leader's moves*), on the fresh synthetic graphs
 search-leader-explore: $(STAMP)  ## today's default, the leader exploring 2 units, on the fresh graphs (~25 min)
 	$(MAKE) search-fresh-variant NAME=five_racers_660_leader2 ITERATIONS=660 VARIANT='{"leader_explore": 2}' \
+	  SEARCH='{$(FIVE_RACE_660)}'
+
+# The units explored following the search's success (agent.adapt_explore, Rechenberg's 1/5 rule; README's *The
+# leader's moves*): today's default with it, on the fresh and the variety graphs
+search-adapt-explore: $(STAMP)  ## today's default with adapt_explore on the fresh (~25 min) and variety graphs (~35)
+	$(MAKE) search-fresh-variant NAME=five_racers_660_adapt ITERATIONS=660 VARIANT='{"adapt_explore": true}' \
+	  SEARCH='{$(FIVE_RACE_660)}'
+	$(MAKE) search-variety-variant NAME=five_racers_660_adapt ITERATIONS=660 VARIANT='{"adapt_explore": true}' \
 	  SEARCH='{$(FIVE_RACE_660)}'
 
 leader-moves: $(STAMP)  ## how a settled search spends its iterations: one block racer, 8 and 2 units explored, 3 fresh graphs (~4 min)

@@ -12,6 +12,7 @@ per sample among all samples and among the improving ones. Writes one row per ca
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import warnings
@@ -53,10 +54,10 @@ class TracedTrinityAgent(TrinityAgent):
         return super().update(samples, rewards, iteration)
 
 
-def trace_search(graph, cluster, explore: float, seed: int, iterations: int) -> dict:
+def trace_search(graph, cluster, explore: float, seed: int, iterations: int, agent: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = SearchConfig(method="trinity-traced", iterations=iterations, batch=TRINITY_SCRATCH_BATCH, seed=seed,
-                           checkpoint_every=10**9, agent={**BLOCK_RACER, "explore": explore})
+                           checkpoint_every=10**9, agent={**BLOCK_RACER, **agent, "explore": explore})
         search = Search(graph, cluster, cfg, tmp, progress=False, feature_cache="data/.features")
         best = search.run()
         search.close()
@@ -77,6 +78,8 @@ def main() -> None:
     parser.add_argument("--cluster", default="p100x4")
     parser.add_argument("--iterations", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--agent", type=json.loads, default={}, metavar="JSON",
+                        help="more of the racer's options, e.g. '{\"adapt_explore\": true}'")
     parser.add_argument("--csv", default="reports/leader_moves.csv")
     args = parser.parse_args()
     cluster = load_cluster(args.cluster)
@@ -86,7 +89,8 @@ def main() -> None:
             continue
         for explore in args.explore:
             row = {"graph": graph.name, "cluster": cluster.name, "explore": explore, "seed": args.seed,
-                   **trace_search(graph, cluster, explore, args.seed, args.iterations)}
+                   "agent": json.dumps(args.agent), **trace_search(graph, cluster, explore, args.seed, args.iterations,
+                                                                   args.agent)}
             rows.append(row)
             print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
             pd.DataFrame(rows).to_csv(args.csv, index=False)

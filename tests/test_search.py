@@ -341,6 +341,43 @@ def test_exploration_keeps_ppos_ratio_exactly_one_and_puts_units_elsewhere(tmp_p
     assert stats["charts/temperature"] == strategy.temperature  # logged: a settled policy shows as t > 1
 
 
+def test_adapt_explore_follows_the_one_fifth_rule(tmp_path):
+    """``adapt_explore``: the target starts at ``explore`` (8) units; after each iteration it takes 2^0.4 more if a
+    sample beat the best sampled before it, else 2^-0.1 fewer, within [1, 8]: replayed from the logged rewards."""
+    import numpy as np
+
+    s = Search(two_chains(), cluster(), config("trinity", 40, agent={"explore": 8.0, "adapt_explore": True}), tmp_path,
+               progress=False)
+    s.run()
+    expected, log2, best = [], 0.0, -np.inf
+    for h in s.history:
+        expected.append(max(1.0, 8.0 * 2.0 ** log2))
+        log2 = float(np.clip(log2 + (0.4 if h["charts/reward_max"] > best else -0.1), -3.0, 0.0))
+        best = max(best, h["charts/reward_max"])
+    targets = [h["charts/explore"] for h in s.history]
+    assert targets == expected and targets[0] == 8.0 and min(targets) < 8.0
+    # by hand: a success at the top stays at 8; ten failures halve it; a success after them takes 2^0.4 more;
+    # thirty failures stop at 1 unit
+    import torch
+
+    agent = s.agent
+    agent.explore_log2, agent.best_sampled = 0.0, -np.inf
+    agent._adapt_explore(torch.tensor([0.5, 0.1]))
+    assert agent.explore_units() == 8.0
+    for _ in range(10):
+        agent._adapt_explore(torch.tensor([0.5]))  # not better than 0.5
+    assert agent.explore_units() == pytest.approx(4.0)
+    agent._adapt_explore(torch.tensor([0.6]))
+    assert agent.explore_units() == pytest.approx(8.0 * 2.0 ** -0.6)
+    for _ in range(30):
+        agent._adapt_explore(torch.tensor([0.6]))
+    assert agent.explore_units() == 1.0 and agent.explore_log2 == -3.0
+    fixed = Search(two_chains(), cluster(), config("trinity", 5, agent={"explore": 8.0}), tmp_path / "fixed",
+                   progress=False)
+    fixed.run()
+    assert [h["charts/explore"] for h in fixed.history] == [8.0] * 5
+
+
 def test_ppo_ratio_is_exactly_one_before_the_update(tmp_path):
     """Old log-probabilities are of the distribution sampled (noise and dropout mask included),
     computed as the update computes the new ones: before the first update the ratio is 1."""

@@ -97,6 +97,11 @@ class TrinityOptions:
     #: of the budget alone, `trinity/rl/racing.py`): the race has chosen the basin, and in it a sample that moves
     #: fewer units improves on the best strategy more often (README's *The leader's moves*). None = ``explore``
     leader_explore: float | None = None
+    #: the units explored follow the search's success, as an evolution strategy adapts its step (Rechenberg's 1/5
+    #: rule): after an iteration in which no sample beats the best this agent sampled before it, the target shrinks
+    #: by 2^-0.1 (ten such halve it); after one in which a sample does, it grows by 2^0.4; so it settles where one
+    #: iteration in five improves, between 1 unit and ``explore`` (``leader_explore`` once leading). Off: fixed
+    adapt_explore: bool = False
     #: before each update, relabel every sample's devices, within classes of interchangeable devices, to the
     #: labelling the policy finds likeliest (`relabelled_devices`): mirror images of a strategy then push the
     #: policy the same way instead of cancelling (parallel decoder only; off: it trades the paper's regime
@@ -221,6 +226,8 @@ class TrinityAgent(TwoLevelAgent):
             self.classes = classes if len(np.unique(classes)) < len(classes) else None
         self.imitating = False  #: the self-imitation term is on (see TrinityOptions.self_imitation_agreement)
         self.leading = False  #: this agent won a race and runs the rest alone (TrinityOptions.leader_explore)
+        self.explore_log2 = 0.0  #: log2 of the share of the units to explore taken (TrinityOptions.adapt_explore)
+        self.best_sampled = -np.inf  #: the best reward this agent has sampled (adapt_explore's success)
 
     def reward(self, result) -> float:
         return mdpe_reward(result, self.ctx.reward)
@@ -237,10 +244,7 @@ class TrinityAgent(TwoLevelAgent):
         # the parallel decoder's sampling pass is the update's first (same weights, same values); the
         # sequential one recomputes PPO's old log-probabilities exactly as the update computes the new ones
         # at most one unit in 12: 8 units of layered12's 12 would leave most of its graph random in every sample
-        units = self.options.explore
-        if self.leading and self.options.leader_explore is not None:
-            units = self.options.leader_explore
-        explore = min(units, self.units.n_units / 12) if iteration is not None else 0.0
+        explore = min(self.explore_units(), self.units.n_units / 12) if iteration is not None else 0.0
         steps = self.options.policy.block_prior_steps
         # the policy's own choice (no iteration) reads it faded
         block_scale = 1.0 if not steps else 0.0 if iteration is None else max(0.0, 1.0 - iteration / steps)
@@ -253,6 +257,23 @@ class TrinityAgent(TwoLevelAgent):
             strategy = self._block_moved(strategy, generator)
         return Samples(strategy.placements(self.unit_of_op), strategy)
 
+    def explore_units(self) -> float:
+        """The units a sample is to put off their likeliest devices now (``explore``, ``leader_explore`` once leading,
+        scaled by ``adapt_explore``'s share, never below 1)."""
+        o = self.options
+        units = o.leader_explore if self.leading and o.leader_explore is not None else o.explore
+        return max(1.0, units * 2.0 ** self.explore_log2) if o.adapt_explore and units > 0 else units
+
+    def _adapt_explore(self, rewards: torch.Tensor) -> None:
+        """``adapt_explore``: 2^0.4 more units after an iteration that beat the best sampled before it, 2^-0.1 fewer
+        after one that did not, within [1, explore] units."""
+        best = float(rewards.max())
+        if self.options.adapt_explore:
+            lowest = -float(np.log2(max(self.options.explore, 1.0)))
+            self.explore_log2 = float(np.clip(self.explore_log2 + (0.4 if best > self.best_sampled else -0.1),
+                                              lowest, 0.0))
+        self.best_sampled = max(self.best_sampled, best)
+
     def _block_moved(self, strategy, generator: torch.Generator):
         """The batch with ``block_moves`` of its samples block-moved, and every sample's devices' log-probabilities
         under the distribution that sampled them (the parallel decoder's, shared by the batch)."""
@@ -262,6 +283,8 @@ class TrinityAgent(TwoLevelAgent):
 
     def update(self, samples: Samples, rewards: torch.Tensor, iteration: int) -> dict[str, float]:
         o, strategy = self.options, samples.data
+        explored = self.explore_units()  # the target this batch was sampled with
+        self._adapt_explore(rewards)
         advantages = self.baseline.advantages(rewards)
         if o.normalize_advantages:
             advantages = normalised_advantages(rewards)
@@ -294,6 +317,7 @@ class TrinityAgent(TwoLevelAgent):
                 "losses/grad_norm": float(grad_norm), **{f"losses/{k}": v for k, v in stats.items()},
                 "charts/lr": self.optimizer.param_groups[0]["lr"], "charts/baseline": float(self.baseline.value),
                 "charts/noise": strategy.noise, "charts/temperature": float(strategy.temperature),
+                "charts/explore": float(explored),
                 "losses/self_imitation": float(imitation.detach()),
                 **({"charts/block_strength": float(self.policy.block_strength.detach())}
                    if self.policy.cfg.block_prior_learned else {})}
@@ -329,12 +353,14 @@ class TrinityAgent(TwoLevelAgent):
         self.leading = True
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "elite": self.elite, "imitating": self.imitating, "leading": self.leading}
+        return {**super().state_dict(), "elite": self.elite, "imitating": self.imitating, "leading": self.leading,
+                "explore_log2": self.explore_log2, "best_sampled": self.best_sampled}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.elite, self.imitating = state.get("elite"), state.get("imitating", False)
         self.leading = state.get("leading", False)
+        self.explore_log2, self.best_sampled = state.get("explore_log2", 0.0), state.get("best_sampled", -np.inf)
 
 
 def _with_devices(strategy, devices: torch.Tensor, log_sched: torch.Tensor):
