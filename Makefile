@@ -351,7 +351,7 @@ search-leader-explore: $(STAMP)  ## today's default, the leader exploring 2 unit
 
 # The units explored following the search's success (agent.adapt_explore, Rechenberg's 1/5 rule; README's *The
 # leader's moves*): today's default with it, on the fresh and the variety graphs
-search-adapt-explore: $(STAMP)  ## today's default with adapt_explore on the fresh (~25 min) and variety graphs (~35)
+search-adapt-explore: $(STAMP)  ## today's default with adapt_explore on the fresh (~30 min) and variety graphs (~40)
 	$(MAKE) search-fresh-variant NAME=five_racers_660_adapt ITERATIONS=660 VARIANT='{"adapt_explore": true}' \
 	  SEARCH='{$(FIVE_RACE_660)}'
 	$(MAKE) search-variety-variant NAME=five_racers_660_adapt ITERATIONS=660 VARIANT='{"adapt_explore": true}' \

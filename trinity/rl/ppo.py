@@ -20,7 +20,9 @@ Read top to bottom, as CleanRL's ppo.py:
   devices, PPO's ratio under the same (a settled policy still tries a few moves). After a warm
   start none of these is on by default but the per-unit logits (the imitation is then exact).
 Off by default, ``relabel`` first permutes each sample's interchangeable devices to the labelling the
-policy finds likeliest, so mirror images of a strategy push the policy the same way.
+policy finds likeliest, so mirror images of a strategy push the policy the same way; ``leader_explore``
+gives a race's winner its own units to explore once it runs alone; ``adapt_explore`` lets the units
+explored follow how often an iteration improves on the best (README's *The leader's moves*).
 
 PPO's old log-probabilities are those of the distribution that sampled (its dropout mask, noise
 and temperature), computed exactly as the update computes the new ones, so the ratio before the
@@ -257,19 +259,23 @@ class TrinityAgent(TwoLevelAgent):
             strategy = self._block_moved(strategy, generator)
         return Samples(strategy.placements(self.unit_of_op), strategy)
 
-    def explore_units(self) -> float:
-        """The units a sample is to put off their likeliest devices now (``explore``, ``leader_explore`` once leading,
-        scaled by ``adapt_explore``'s share, never below 1)."""
+    def _units(self) -> float:
+        """``explore``, or ``leader_explore`` once this agent leads a race."""
         o = self.options
-        units = o.leader_explore if self.leading and o.leader_explore is not None else o.explore
-        return max(1.0, units * 2.0 ** self.explore_log2) if o.adapt_explore and units > 0 else units
+        return o.leader_explore if self.leading and o.leader_explore is not None else o.explore
+
+    def explore_units(self) -> float:
+        """The units a sample is to put off their likeliest devices now (`_units`, scaled by ``adapt_explore``'s
+        share, never below 1)."""
+        units = self._units()
+        return max(1.0, units * 2.0 ** self.explore_log2) if self.options.adapt_explore and units > 0 else units
 
     def _adapt_explore(self, rewards: torch.Tensor) -> None:
         """``adapt_explore``: 2^0.4 more units after an iteration that beat the best sampled before it, 2^-0.1 fewer
-        after one that did not, within [1, explore] units."""
+        after one that did not, within [1, `_units`] units."""
         best = float(rewards.max())
         if self.options.adapt_explore:
-            lowest = -float(np.log2(max(self.options.explore, 1.0)))
+            lowest = -float(np.log2(max(self._units(), 1.0)))
             self.explore_log2 = float(np.clip(self.explore_log2 + (0.4 if best > self.best_sampled else -0.1),
                                               lowest, 0.0))
         self.best_sampled = max(self.best_sampled, best)
