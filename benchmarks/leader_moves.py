@@ -49,8 +49,8 @@ class TracedTrinityAgent(TrinityAgent):
             log_part, log_sched = strategy.distributions or self.policy.one_pass(strategy)
             likeliest = (log_part.exp() @ log_sched.exp()).argmax(1)  # each unit's likeliest device
         off = (strategy.devices.gather(1, strategy.groups) != likeliest[None]).sum(1)
-        before = -np.inf if self.elite is None else self.elite[2]
-        self.trace.append({"iteration": iteration, "off": off.numpy(), "improved": (rewards > before).numpy()})
+        improved = (rewards > self.best_sampled).numpy()  # the best this agent sampled before the batch
+        self.trace.append({"iteration": iteration, "off": off.numpy(), "improved": improved})
         return super().update(samples, rewards, iteration)
 
 
