@@ -57,6 +57,7 @@ class FitRule(NamedTuple):
     corun_slowdowns: tuple[float, ...] | None = None  # tried besides the measured one (None: it alone)
     receive_shares: tuple[float, ...] = (0.0,)  # the receiver's CPU share, of what `cpu_share_of` says
     cpu_share_of: str = "transfer"  # the shares' part of a transfer: all its time, or its bytes' (`trinity.cluster`)
+    send_shares: tuple[float, ...] = tuple(np.linspace(0.0, 1.0, 11))  # the sender's CPU shares tried
 
 
 #: Oldest first; the last is today's calibration (`trinity.runtime.calibrate`), each adds one change.
@@ -178,14 +179,20 @@ def compare(folder, link_streams: int | None = None, unanchored: bool = False, r
     return pd.DataFrame(rows)
 
 
-def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> tuple[TransferFit, Cluster]:
+def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration",
+              also_fit: tuple[str, ...] = ()) -> tuple[TransferFit, Cluster]:
     """The transfer model fitted again to run folder ``top``'s calibration set and the calibrated cluster
     it gives: the fit placers' strategies with the calibration's step times (``measured_from=
     "calibration"``: calibration.json, what the run was fitted to), or the validation's rows of the
     calibration set with its own measurements (``"validation"``: medians of its rounds x steps, on the
-    op times anchored to those rounds as `resimulate_part` simulates them), under ``rule``."""
+    op times anchored to those rounds as `resimulate_part` simulates them), under ``rule``.
+    ``also_fit`` (with ``"validation"``): the validation's rows of these strategies are fitted too (a
+    diagnosis of the fit set's make-up: `benchmarks/validation_fit_set.py`)."""
     from trinity.placers import place_each
 
+    if also_fit and measured_from != "validation":
+        raise TrinityError("strategies beyond the fit placers are fitted from the validation's rows only",
+                           field="also_fit")
     calibration = top / "calibration"
     report = read_json(calibration / "calibration.json")
     cluster = load_cluster(calibration / "cluster.yaml")
@@ -212,12 +219,13 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration") -> t
         fitted = fit_set_rows(table)
         if len(anchor):  # fitted on the op times its rows were simulated on: anchored to its rounds
             graph, _ = _anchored_to_part(top, anchor, graph, base)
-        table = table[fitted]
+        table = table[fitted | table["strategy"].isin(also_fit)]
         measured = dict(zip(table["strategy"], table["real_step_ms"] * 1e3))
         placements = [_placement(top, name, graph) for name in measured]
     else:
         raise TrinityError(f"must be calibration or validation, got {measured_from!r}", field="measured_from")
-    fit = fit_transfer_model(graph, base, placements, list(measured.values()), link_streams=rule.link_streams,
+    fit = fit_transfer_model(graph, base, placements, list(measured.values()), shares=rule.send_shares,
+                             link_streams=rule.link_streams,
                              latency_scales=rule.latency_scales, objective=rule.objective,
                              corun_slowdowns=rule.corun_slowdowns, receive_shares=rule.receive_shares)
     fit = replace(fit, corun_slowdown=fit.apply(base).corun_slowdown)  # the measured one, where it was kept
