@@ -50,7 +50,8 @@ def judged_on(table: pd.DataFrame, names: list[str]) -> dict:
 
 def fit_set_diagnosis(folder, max_send_share: float = 1.0) -> pd.DataFrame:
     """One row per run, batch, fold and fit set (see the module doc)."""
-    rule = TODAY._replace(send_shares=tuple(np.round(np.arange(0.0, max_send_share + 1e-9, 0.1), 3)))
+    # by 0.1 from 0: at 1, today's grid exactly
+    rule = TODAY._replace(send_shares=tuple(np.linspace(0.0, max_send_share, round(max_send_share * 10) + 1)))
     by_run: dict[int, list] = {}
     for run, batch, part, _ in parts(folder):
         by_run.setdefault(run, []).append((batch, part))
@@ -58,13 +59,15 @@ def fit_set_diagnosis(folder, max_send_share: float = 1.0) -> pd.DataFrame:
     for run, run_parts in tqdm(by_run.items(), desc=Path(folder).name, unit="run"):
         top = run_parts[0][1]
         dealt = folds(pd.read_csv(top / "results.csv"))
-        placers_only = refit_run(top, rule, "validation")
+        placers_fit, placers_cluster = refit_run(top, rule, "validation")
+        placers_tables = [resimulate_part(part, placers_cluster) for _, part in run_parts]  # the same for every fold
         for k, judged in enumerate(dealt):
             fitted = tuple(n for j, fold in enumerate(dealt) if j != k for n in fold)
-            for label, (fit, cluster) in (("placers", placers_only),
-                                          ("placers + splits", refit_run(top, rule, "validation", fitted))):
-                for batch, part in run_parts:
-                    table = resimulate_part(part, cluster)
+            splits_fit, splits_cluster = refit_run(top, rule, "validation", fitted)
+            splits_tables = [resimulate_part(part, splits_cluster) for _, part in run_parts]
+            for label, fit, tables in (("placers", placers_fit, placers_tables),
+                                       ("placers + splits", splits_fit, splits_tables)):
+                for table in tables:
                     rows.append({"model": Path(folder).name, "run": run, "batch": int(table["batch"].iloc[0]),
                                  "fold": k + 1, "fit_set": label, "fitted_splits": 0 if label == "placers" else
                                  len(fitted), **judged_on(table, judged), "send_cpu_share": fit.send_cpu_share,

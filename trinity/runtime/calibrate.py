@@ -298,6 +298,8 @@ FITTED_LATENCY_SCALES = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
 #: on five placers (0.9 with x0.3 in one run, 0.4 with x0.75 in the next), and a batch fitted at one
 #: extreme missed the other batch by 14-16%; with the latency measured, two runs fit the same share.
 LATENCY_SCALES = (1.0,)
+#: the sender's CPU shares of a transfer the fit tries
+SEND_SHARES = tuple(np.linspace(0.0, 1.0, 11))
 #: transfers a sender carries at once (the cluster's ``link_streams``): TensorFlow's workers serve
 #: several RecvTensor calls concurrently, how many overlap in a step is fitted with the rest
 LINK_STREAMS = (1, 2, 4, 8)
@@ -339,7 +341,7 @@ class TransferFit:
 
 
 def fit_transfer_model(graph: OpGraph, cluster: Cluster, placements: list[np.ndarray], measured_us: list[float],
-                       shares=np.linspace(0.0, 1.0, 11), latency_scales=LATENCY_SCALES,
+                       shares=SEND_SHARES, latency_scales=LATENCY_SCALES,
                        link_streams=LINK_STREAMS, objective: str = "mean",
                        corun_slowdowns=CORUN_SLOWDOWNS, receive_shares=RECEIVE_SHARES) -> TransferFit:
     """The grid point (send CPU share, latency scale, link streams, co-running slowdown, receive CPU share)

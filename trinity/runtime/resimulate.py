@@ -38,7 +38,8 @@ from trinity.fileio import read_json
 from trinity.graph import load_graph
 from trinity.placement import Strategy
 from trinity.runtime.calibrate import (FITTED_CORUN_SLOWDOWNS, FITTED_LATENCY_SCALES, LATENCY_SCALES,
-                                      LINK_STREAMS, RECEIVE_SHARES, TransferFit, fit_transfer_model, times_scaled)
+                                      LINK_STREAMS, RECEIVE_SHARES, SEND_SHARES, TransferFit, fit_transfer_model,
+                                      times_scaled)
 from trinity.runtime.validate import (Candidate, anchor_row, anchored_to_rounds, error_summary, fit_set_rows,
                                       refit_to_rounds)
 from trinity.sim import Simulator
@@ -57,7 +58,7 @@ class FitRule(NamedTuple):
     corun_slowdowns: tuple[float, ...] | None = None  # tried besides the measured one (None: it alone)
     receive_shares: tuple[float, ...] = (0.0,)  # the receiver's CPU share, of what `cpu_share_of` says
     cpu_share_of: str = "transfer"  # the shares' part of a transfer: all its time, or its bytes' (`trinity.cluster`)
-    send_shares: tuple[float, ...] = tuple(np.linspace(0.0, 1.0, 11))  # the sender's CPU shares tried
+    send_shares: tuple[float, ...] = SEND_SHARES  # the sender's CPU shares tried
 
 
 #: Oldest first; the last is today's calibration (`trinity.runtime.calibrate`), each adds one change.
