@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-fit-set validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-fit-set validation-ready-order validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -355,6 +355,14 @@ search-adapt-explore: $(STAMP)  ## today's default with adapt_explore on the fre
 	$(MAKE) search-fresh-variant NAME=five_racers_660_adapt ITERATIONS=660 VARIANT='{"adapt_explore": true}' \
 	  SEARCH='{$(FIVE_RACE_660)}'
 	$(MAKE) search-variety-variant NAME=five_racers_660_adapt ITERATIONS=660 VARIANT='{"adapt_explore": true}' \
+	  SEARCH='{$(FIVE_RACE_660)}'
+
+# Neighbour moves (agent.neighbour_moves; README's *Neighbour moves*): a quarter of every racer's samples given one of
+# simulated annealing's moves along the graph's edges, on top of today's default, on the fresh and the variety graphs
+search-neighbour-moves: $(STAMP)  ## today's default with neighbour moves on the fresh (~30 min) and variety graphs (~40)
+	$(MAKE) search-fresh-variant NAME=five_racers_660_neighbour ITERATIONS=660 VARIANT='{"neighbour_moves": 0.25}' \
+	  SEARCH='{$(FIVE_RACE_660)}'
+	$(MAKE) search-variety-variant NAME=five_racers_660_neighbour ITERATIONS=660 VARIANT='{"neighbour_moves": 0.25}' \
 	  SEARCH='{$(FIVE_RACE_660)}'
 
 leader-moves: $(STAMP)  ## how a settled search spends its iterations: one block racer, 8 and 2 units explored, 3 fresh graphs (~4 min)

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -97,6 +98,47 @@ def test_block_moved_devices_by_hand():
     # nothing moved, nothing drawn: the generator is where it was
     gen = torch.Generator().manual_seed(3)
     assert block_moved_devices(devices, 5, 0.1, gen) is devices  # round(0.4) = 0 rows
+    assert torch.equal(gen.get_state(), torch.Generator().manual_seed(3).get_state())
+
+
+def test_neighbour_moved_groups_by_hand():
+    """A star: unit 0 in the middle, linked to 1 (on its device, 0) and to 2 and 3 (device 1); each unit its own
+    group, group g on device [0, 0, 1, 1][g]. With no followers (max_moved 1) a move is one of: unit 0 into group
+    2 or 3, unit 2 or 3 into group 0, or none (unit 1 has no neighbour on another device)."""
+    from trinity.rl.algorithms import neighbour_moved_groups
+
+    neighbours = (np.array([0, 3, 4, 5, 6]), np.array([1, 2, 3, 0, 0, 0]))  # CSR: 0-{1,2,3}, 1-{0}, 2-{0}, 3-{0}
+    groups = torch.arange(4).repeat(8, 1)
+    devices = torch.tensor([0, 0, 1, 1]).repeat(8, 1)
+    gen = torch.Generator().manual_seed(5)
+    # the draws, in the order the function takes them: which rows, then per row its unit, the neighbour across, and
+    # how many follow (0 of 1 here, drawn all the same)
+    g = torch.Generator().manual_seed(5)
+    rows = torch.randperm(8, generator=g)[:4].tolist()
+    expected = groups.clone()
+    away = {0: [2, 3], 1: [], 2: [0], 3: [0]}
+    for row in rows:
+        u = int(torch.randint(4, (1,), generator=g))
+        if away[u]:
+            expected[row, u] = away[u][int(torch.randint(len(away[u]), (1,), generator=g))]
+            torch.randint(1, (1,), generator=g)
+    moved = neighbour_moved_groups(groups, devices, neighbours, 0.5, gen, max_moved=1)
+    assert moved.tolist() == expected.tolist()
+    # those draws here: row 3 drew unit 1 and stays as sampled, row 6's unit 0 into group 2, rows 0's and 2's
+    # unit 2 into group 0
+    assert rows == [3, 6, 0, 2]
+    assert {r: moved[r].tolist() for r in rows} == {3: [0, 1, 2, 3], 6: [2, 1, 2, 3], 0: [0, 1, 0, 3],
+                                                    2: [0, 1, 0, 3]}
+    assert groups.tolist() == torch.arange(4).repeat(8, 1).tolist()  # the input is not changed
+    # followers: unit 0's neighbours on its side (unit 1) may follow it into the group across
+    many = neighbour_moved_groups(torch.arange(4).repeat(400, 1), torch.tensor([0, 0, 1, 1]).repeat(400, 1),
+                                  neighbours, 1.0, torch.Generator().manual_seed(0), max_moved=3)
+    outcomes = {tuple(row) for row in many.tolist()}
+    assert outcomes == {(0, 1, 2, 3), (2, 1, 2, 3), (3, 1, 2, 3), (2, 2, 2, 3), (3, 3, 2, 3), (0, 1, 0, 3),
+                        (0, 1, 2, 0)}
+    # nothing moved, nothing drawn: the generator is where it was
+    gen = torch.Generator().manual_seed(3)
+    assert neighbour_moved_groups(groups, devices, neighbours, 0.05, gen) is groups  # round(0.4) = 0 rows
     assert torch.equal(gen.get_state(), torch.Generator().manual_seed(3).get_state())
 
 

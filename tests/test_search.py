@@ -506,6 +506,10 @@ def test_the_agent_loop_reproduces_the_search_before_the_move(tmp_path, key):
     ({"agent": {"explore": 4, "policy": {"decoder": "sequential"}}}, "agent.explore"),
     ({"agent": {"block_moves": 1.5}}, "agent.block_moves"),
     ({"agent": {"block_moves": 0.25, "policy": {"decoder": "sequential"}}}, "agent.block_moves"),
+    ({"agent": {"neighbour_moves": -0.1}}, "agent.neighbour_moves"),
+    ({"agent": {"neighbour_moves": 0.25, "policy": {"decoder": "sequential"}}}, "agent.neighbour_moves"),
+    ({"agent": {"leader_neighbour_moves": 2.0}}, "agent.leader_neighbour_moves"),
+    ({"agent": {"leader_neighbour_moves": 0.25, "policy": {"decoder": "sequential"}}}, "agent.leader_neighbour_moves"),
     ({"agent": {"table_lr": 0.0}}, "agent.table_lr"),
     ({"agent": {"policy": {"group_logits": True, "decoder": "sequential"}}}, "agent.policy"),
 ])
@@ -676,32 +680,62 @@ def test_relabelled_batches_keep_the_sampling_log_probabilities(tmp_path):
         SearchConfig(agent={"relabel": True, "policy": {"decoder": "sequential"}})
 
 
-def test_block_moved_samples_keep_the_sampling_log_probabilities(tmp_path):
-    """`agent.block_moves`: that share of a batch gets one block of groups on one device, each sample's
-    log-probabilities those of its devices under the distribution that sampled the batch, its placement
-    its groups' devices; the rest of the batch is as sampled, and a search with it runs end to end."""
+@pytest.mark.parametrize("moves", ["block_moves", "neighbour_moves"])
+def test_moved_samples_keep_the_sampling_log_probabilities(tmp_path, moves):
+    """`agent.block_moves`: that share of a batch gets one block of groups on one device; `agent.neighbour_moves`
+    (after the block moves): one unit, with neighbours, into a neighbour's group. Each sample's log-probabilities
+    are those of its groups and devices under the distribution that sampled the batch, its placement its groups'
+    devices; the rest of the batch is as sampled, and a search with them runs end to end."""
     from dataclasses import replace
 
     import torch
 
-    from trinity.rl.algorithms import block_moved_devices
+    from trinity.rl.algorithms import block_moved_devices, neighbour_moved_groups
 
-    s = Search(two_chains(), cluster(), config("trinity", 3, agent={"block_moves": 0.5}), tmp_path, progress=False)
+    options = {"block_moves": 0.5} if moves == "block_moves" else {"block_moves": 0.25, "neighbour_moves": 0.5}
+    s = Search(two_chains(), cluster(), config("trinity", 3, agent=options), tmp_path, progress=False)
     agent = s.agent
-    moving, agent.options = agent.options, replace(agent.options, block_moves=0.0)
+    moving, agent.options = agent.options, replace(agent.options, **{moves: 0.0})
     gen = torch.Generator().manual_seed(0)
     plain = agent.sample(8, gen, 0).data
-    expected = block_moved_devices(plain.devices, plain.distributions[1].shape[1], 0.5, gen)  # the next draws
-    assert not torch.equal(expected, plain.devices)  # moves that change something: the test can fail
+    groups, devices = plain.groups, plain.devices
+    if moves == "block_moves":  # the next draws
+        devices = block_moved_devices(devices, plain.distributions[1].shape[1], 0.5, gen)
+    else:
+        groups = neighbour_moved_groups(groups, devices, agent.units.neighbours(), 0.5, gen)
+    assert not (torch.equal(groups, plain.groups) and torch.equal(devices, plain.devices))  # the test can fail
     agent.options = moving
     after = agent.sample(8, torch.Generator().manual_seed(0), 0)
-    assert torch.equal(after.data.devices, expected) and torch.equal(after.data.groups, plain.groups)
+    assert torch.equal(after.data.devices, devices) and torch.equal(after.data.groups, groups)
     with torch.no_grad():
         again = agent.policy.log_prob(replace(after.data, distributions=None))[0]  # the distribution, recomputed
     assert torch.allclose(after.data.logp, again, atol=1e-6)
-    unit_device = expected.gather(1, plain.groups).numpy()  # each unit's group's device
+    unit_device = devices.gather(1, groups).numpy()  # each unit's group's device
     assert np.array_equal(after.placements, unit_device[:, agent.unit_of_op])
     s.run()
+
+
+def test_leader_neighbour_moves_start_once_the_agent_leads(tmp_path):
+    """`agent.leader_neighbour_moves`: none while racing (the batch as sampled, no draw taken), that share once the
+    agent leads; the batch before the moves is the same either way."""
+    import torch
+
+    from trinity.rl.algorithms import neighbour_moved_groups
+
+    s = Search(two_chains(), cluster(), config("trinity", 3, agent={"leader_neighbour_moves": 0.5}), tmp_path,
+               progress=False)
+    agent = s.agent
+    assert agent.neighbour_share() == 0.0
+    gen = torch.Generator().manual_seed(0)
+    racing = agent.sample(16, gen, 0).data
+    after_racing = gen.get_state()
+    agent.lead()
+    assert agent.neighbour_share() == 0.5
+    leading = agent.sample(16, torch.Generator().manual_seed(0), 0).data
+    gen.set_state(after_racing)
+    expected = neighbour_moved_groups(racing.groups, racing.devices, agent.units.neighbours(), 0.5, gen)
+    assert not torch.equal(expected, racing.groups) and torch.equal(leading.groups, expected)
+    assert torch.equal(leading.devices, racing.devices)
 
 
 def test_denormals_are_flushed_inside_and_as_before_after():

@@ -18,6 +18,10 @@
 * `block_moved_devices`: a share of a batch's samples with one aligned block of consecutive groups set to
   one device (Trinity's ``block_moves``): a move a policy that samples each group's device on its own
   almost never makes, and the one a balanced split is built from.
+* `neighbour_moved_groups`: a share of a batch's samples with one unit, and up to two of its neighbours on
+  its side, moved into the group of a neighbour on another device (Trinity's
+  ``neighbour_moves``): the move simulated annealing makes, along the graph's edges, which a policy that
+  samples each unit's group on its own almost never makes.
 """
 
 from __future__ import annotations
@@ -121,4 +125,39 @@ def block_moved_devices(devices: torch.Tensor, n_devices: int, share: float,
         size = sizes[int(torch.randint(len(sizes), (1,), generator=generator))]
         start = int(torch.randint(k // size, (1,), generator=generator)) * size
         out[row, start:start + size] = int(torch.randint(n_devices, (1,), generator=generator))
+    return out
+
+
+def neighbour_moved_groups(groups: torch.Tensor, devices: torch.Tensor, neighbours: tuple[np.ndarray, np.ndarray],
+                           share: float, generator: torch.Generator, max_moved: int = 3) -> torch.Tensor:
+    """int64[B, U]: ``groups`` (unit -> group per sample, its groups on ``devices`` [B, k]) with round(share * B)
+    rows, drawn without replacement, each given one neighbour move: a unit u drawn uniformly, a neighbour v of u on
+    another device drawn uniformly, and u with up to ``max_moved`` - 1 of its neighbours on u's device (how many
+    drawn uniformly from 0 to that, which ones without replacement) put into v's group, as simulated annealing moves
+    a unit. Where u has no neighbour on another device the row is left as sampled, so the rows that move follow
+    the cut's share of the units. ``neighbours`` = (ptr, nbr): the unit graph's adjacency, both directions, as CSR
+    (u's neighbours are nbr[ptr[u]:ptr[u + 1]]). Every draw comes from ``generator``, and none is taken when no
+    row is moved."""
+    batch = groups.shape[0]
+    moved = int(round(share * batch))
+    if moved == 0:
+        return groups
+    ptr, nbr = neighbours
+    out = groups.clone()
+
+    def draw(n: int) -> int:
+        return int(torch.randint(n, (1,), generator=generator))
+
+    for row in torch.randperm(batch, generator=generator)[:moved].tolist():
+        g = out[row].numpy()
+        unit_device = devices[row].numpy()[g]
+        u = draw(groups.shape[1])
+        around = nbr[ptr[u]:ptr[u + 1]]
+        away, home = around[unit_device[around] != unit_device[u]], around[unit_device[around] == unit_device[u]]
+        if not len(away):
+            continue
+        target = g[away[draw(len(away))]]
+        extra = min(draw(max_moved), len(home))
+        follow = home[torch.randperm(len(home), generator=generator)[:extra].numpy()] if extra else home[:0]
+        g[np.concatenate([[u], follow])] = target  # out[row]'s memory: the row is changed in place
     return out

@@ -22,7 +22,9 @@ Read top to bottom, as CleanRL's ppo.py:
 Off by default, ``relabel`` first permutes each sample's interchangeable devices to the labelling the
 policy finds likeliest, so mirror images of a strategy push the policy the same way; ``leader_explore``
 gives a race's winner its own units to explore once it runs alone; ``adapt_explore`` lets the units
-explored follow how often an iteration improves on the best (README's *The leader's moves*).
+explored follow how often an iteration improves on the best (README's *The leader's moves*);
+``neighbour_moves`` gives a share of each batch one of simulated annealing's moves along the graph's edges
+(``leader_neighbour_moves``: once a race's winner runs alone).
 
 PPO's old log-probabilities are those of the distribution that sampled (its dropout mask, noise
 and temperature), computed exactly as the update computes the new ones, so the ratio before the
@@ -43,8 +45,8 @@ from trinity.features import OpFeatures, op_features, zscore
 from trinity.graph.ir import OpGraph
 from trinity.reward import mdpe_reward
 from trinity.rl.agent import AgentContext, Samples, TwoLevelAgent, check_range, register
-from trinity.rl.algorithms import (EMABaseline, block_moved_devices, normalised_advantages, ppo_loss,
-                                   relabelled_devices)
+from trinity.rl.algorithms import (EMABaseline, block_moved_devices, neighbour_moved_groups, normalised_advantages,
+                                   ppo_loss, relabelled_devices)
 from trinity.rl.policy import PlacementPolicy, PolicyConfig, UnitGraph, likeliest_device_probability
 
 #: where the policy's op costs come from (TrinityOptions.op_costs)
@@ -116,6 +118,15 @@ class TrinityOptions:
     #: built of such moves (README's *Block moves*). Blocks follow the groups' order, so they are parts of
     #: the graph where the order is the bisection's (`policy.locality_order: bisection`). 0 = off
     block_moves: float = 0.0
+    #: the share of each iteration's samples given one neighbour move (`neighbour_moved_groups`): a unit, with up to
+    #: two of its neighbours on its side, put into the group of a neighbour on another device, their
+    #: log-probabilities taken under the distribution that sampled the batch: the move simulated annealing makes,
+    #: along the graph's edges, where the policy's own exploration moves units it is unsure of to any device
+    #: (README's *Neighbour moves*). 0 = off
+    neighbour_moves: float = 0.0
+    #: ``neighbour_moves`` once this agent leads a race (runs the rest of the budget alone): the race picks a basin
+    #: with the policy's own exploration, the leader searches it with annealing's moves too. None = ``neighbour_moves``
+    leader_neighbour_moves: float | None = None
     embedding_dim: int = 16  #: node2vec width when the features are computed here (not given by the embed stage)
     #: where the op costs the policy reads come from (the compute-time feature, each group's compute share,
     #: the METIS parts' balance): "profile", the times the profile measured (the embed stage's features), or
@@ -158,6 +169,11 @@ class TrinityOptions:
         if self.block_moves and self.policy.decoder != "parallel":
             raise TrinityError("needs policy.decoder=parallel (the sequential decoder's devices condition on the "
                                "previous group's)", field="block_moves")
+        check_range("trinity", "neighbour_moves", self.neighbour_moves, 0, 1.0)
+        check_range("trinity", "leader_neighbour_moves", self.leader_neighbour_moves, 0, 1.0, allow_none=True)
+        if (self.neighbour_moves or self.leader_neighbour_moves) and self.policy.decoder != "parallel":
+            raise TrinityError("needs policy.decoder=parallel (the sequential decoder's devices condition on the "
+                               "sampled groups)", field="neighbour_moves" if self.neighbour_moves else "leader_neighbour_moves")
         check_range("trinity", "embedding_dim", self.embedding_dim, 1, 1024)
         if self.op_costs not in OP_COSTS:
             raise TrinityError(f"must be one of {', '.join(OP_COSTS)}, got {self.op_costs!r}", field="op_costs")
@@ -226,6 +242,7 @@ class TrinityAgent(TwoLevelAgent):
         if options.relabel:
             classes = cluster.interchangeable()
             self.classes = classes if len(np.unique(classes)) < len(classes) else None
+        self.neighbours: tuple[np.ndarray, np.ndarray] | None = None  #: the units' adjacency, once neighbour_moves needs it
         self.imitating = False  #: the self-imitation term is on (see TrinityOptions.self_imitation_agreement)
         self.leading = False  #: this agent won a race and runs the rest alone (TrinityOptions.leader_explore)
         self.explore_log2 = 0.0  #: log2 of the share of the units to explore taken (TrinityOptions.adapt_explore)
@@ -257,12 +274,19 @@ class TrinityAgent(TwoLevelAgent):
                 strategy.logp = self.policy.log_prob(strategy)[0]
         if iteration is not None and self.options.block_moves:
             strategy = self._block_moved(strategy, generator)
+        if iteration is not None and self.neighbour_share():
+            strategy = self._neighbour_moved(strategy, generator)
         return Samples(strategy.placements(self.unit_of_op), strategy)
 
     def _units(self) -> float:
         """``explore``, or ``leader_explore`` once this agent leads a race."""
         o = self.options
         return o.leader_explore if self.leading and o.leader_explore is not None else o.explore
+
+    def neighbour_share(self) -> float:
+        """``neighbour_moves``, or ``leader_neighbour_moves`` once this agent leads a race."""
+        o = self.options
+        return o.leader_neighbour_moves if self.leading and o.leader_neighbour_moves is not None else o.neighbour_moves
 
     def explore_units(self) -> float:
         """The units a sample is to put off their likeliest devices now (`_units`, scaled by ``adapt_explore``'s
@@ -286,6 +310,18 @@ class TrinityAgent(TwoLevelAgent):
         log_sched = strategy.distributions[1]
         devices = block_moved_devices(strategy.devices, log_sched.shape[1], self.options.block_moves, generator)
         return _with_devices(strategy, devices, log_sched)
+
+    def _neighbour_moved(self, strategy, generator: torch.Generator):
+        """The batch with `neighbour_share` of its samples neighbour-moved, and every sample's units' groups'
+        log-probabilities under the distribution that sampled them (the parallel decoder's, shared by the batch)."""
+        if self.neighbours is None:
+            self.neighbours = self.units.neighbours()
+        groups = neighbour_moved_groups(strategy.groups, strategy.devices, self.neighbours, self.neighbour_share(),
+                                        generator)
+        log_part = strategy.distributions[0].detach()
+        logp = strategy.logp.clone()
+        logp[:, :groups.shape[1]] = log_part[torch.arange(groups.shape[1]), groups]
+        return replace(strategy, groups=groups, logp=logp)
 
     def update(self, samples: Samples, rewards: torch.Tensor, iteration: int) -> dict[str, float]:
         o, strategy = self.options, samples.data
