@@ -25,6 +25,9 @@ def test_arrays_and_derived_quantities():
     assert list(g.static_memory()) == [400, 800, 800, 272, 4]  # w's output is its storage
     assert list(g.topological_order()) == [0, 1, 2, 3, 4]
     assert g.colocation_groups() == {"w": ["w", "read"]}
+    # groups x 0, {w, read} 1, mm 2, loss 3; w -> read stays inside group 1, x -> loss (control) links 0 and 3
+    ptr, nbr = g.group_neighbours()
+    assert list(ptr) == [0, 2, 3, 6, 8] and list(nbr) == [2, 3, 2, 0, 1, 3, 0, 2]
 
 
 def test_breadth_and_depth_first_orders():

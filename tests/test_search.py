@@ -702,7 +702,7 @@ def test_moved_samples_keep_the_sampling_log_probabilities(tmp_path, moves):
     if moves == "block_moves":  # the next draws
         devices = block_moved_devices(devices, plain.distributions[1].shape[1], 0.5, gen)
     else:
-        groups = neighbour_moved_groups(groups, devices, agent.units.neighbours(), 0.5, gen)
+        groups = neighbour_moved_groups(groups, devices, agent.neighbours, 0.5, gen)
     assert not (torch.equal(groups, plain.groups) and torch.equal(devices, plain.devices))  # the test can fail
     agent.options = moving
     after = agent.sample(8, torch.Generator().manual_seed(0), 0)
@@ -733,7 +733,7 @@ def test_leader_neighbour_moves_start_once_the_agent_leads(tmp_path):
     assert agent.neighbour_share() == 0.5
     leading = agent.sample(16, torch.Generator().manual_seed(0), 0).data
     gen.set_state(after_racing)
-    expected = neighbour_moved_groups(racing.groups, racing.devices, agent.units.neighbours(), 0.5, gen)
+    expected = neighbour_moved_groups(racing.groups, racing.devices, agent.neighbours, 0.5, gen)
     assert not torch.equal(expected, racing.groups) and torch.equal(leading.groups, expected)
     assert torch.equal(leading.devices, racing.devices)
 

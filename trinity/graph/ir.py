@@ -312,6 +312,17 @@ class OpGraph:
         """`static_memory` summed per colocation group (index: ``arrays.group``)."""
         return np.bincount(self.arrays.group, weights=self.static_memory(), minlength=self.arrays.n_groups)
 
+    def group_neighbours(self) -> tuple[np.ndarray, np.ndarray]:
+        """The colocation groups' adjacency (a data or control edge between two groups, either way) as CSR
+        (ptr, nbr): group u's neighbours are nbr[ptr[u]:ptr[u + 1]], ascending (the moves of annealing and of
+        Trinity's ``neighbour_moves`` follow it)."""
+        a = self.arrays
+        su, du = a.group[a.src], a.group[a.dst]
+        cross = su != du
+        pairs = np.unique(np.concatenate([np.stack([su[cross], du[cross]], 1), np.stack([du[cross], su[cross]], 1)]),
+                          axis=0)
+        return np.searchsorted(pairs[:, 0], np.arange(a.n_groups + 1)), pairs[:, 1].copy()
+
     def to_networkx(self):
         """A networkx MultiDiGraph with op attributes (for analysis and METIS)."""
         import networkx as nx

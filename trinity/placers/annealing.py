@@ -59,14 +59,8 @@ class _Moves:
         a = graph.arrays
         self.unit_of_op, self.n_units, self.n_dev = a.group, a.n_groups, cluster.n_devices
         self.unit_device, self.rng, self.max_moved = unit_device, rng, max_moved
-        su, du = a.group[a.src], a.group[a.dst]
-        cross = su != du
-        pairs = np.unique(np.concatenate([np.stack([su[cross], du[cross]], 1), np.stack([du[cross], su[cross]], 1)]),
-                          axis=0) if cross.any() else np.zeros((0, 2), np.int64)
-        self.ptr = np.searchsorted(pairs[:, 0], np.arange(self.n_units + 1)) if len(pairs) else np.zeros(
-            self.n_units + 1, np.int64)
-        self.nbr = pairs[:, 1] if len(pairs) else np.zeros(0, np.int64)
-        self.static = np.bincount(a.group, weights=graph.static_memory(), minlength=self.n_units)
+        self.ptr, self.nbr = graph.group_neighbours()
+        self.static = graph.group_static_memory()
         self.capacity = cluster.memory.astype(float)
         self.used = np.bincount(unit_device, weights=self.static, minlength=self.n_dev)
 

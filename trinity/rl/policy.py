@@ -206,13 +206,6 @@ class UnitGraph:
         self.links = torch.from_numpy(pairs.astype(np.int64))
         self._graph, self._counts = graph, counts
 
-    def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
-        """The units' adjacency (a data edge either way) as CSR (ptr, nbr): unit u's neighbours are
-        nbr[ptr[u]:ptr[u + 1]], ascending."""
-        links = self.links.numpy()
-        pairs = np.unique(np.concatenate([links, links[:, ::-1]]), axis=0) if len(links) else np.zeros((0, 2), np.int64)
-        return np.searchsorted(pairs[:, 0], np.arange(self.n_units + 1)), pairs[:, 1].copy()
-
     def rank(self, order: str = "breadth") -> torch.Tensor:
         """Each unit's rank in [0, 1) in a topological order of the graph (its ops' mean): ``breadth`` first
         (levels of the graph together) or ``depth`` first (chains and branches together)."""

@@ -242,7 +242,8 @@ class TrinityAgent(TwoLevelAgent):
         if options.relabel:
             classes = cluster.interchangeable()
             self.classes = classes if len(np.unique(classes)) < len(classes) else None
-        self.neighbours: tuple[np.ndarray, np.ndarray] | None = None  #: the units' adjacency, once neighbour_moves needs it
+        #: the units' adjacency (CSR), where neighbour moves are on
+        self.neighbours = graph.group_neighbours() if options.neighbour_moves or options.leader_neighbour_moves else None
         self.imitating = False  #: the self-imitation term is on (see TrinityOptions.self_imitation_agreement)
         self.leading = False  #: this agent won a race and runs the rest alone (TrinityOptions.leader_explore)
         self.explore_log2 = 0.0  #: log2 of the share of the units to explore taken (TrinityOptions.adapt_explore)
@@ -314,8 +315,6 @@ class TrinityAgent(TwoLevelAgent):
     def _neighbour_moved(self, strategy, generator: torch.Generator):
         """The batch with `neighbour_share` of its samples neighbour-moved, and every sample's units' groups'
         log-probabilities under the distribution that sampled them (the parallel decoder's, shared by the batch)."""
-        if self.neighbours is None:
-            self.neighbours = self.units.neighbours()
         groups = neighbour_moved_groups(strategy.groups, strategy.devices, self.neighbours, self.neighbour_share(),
                                         generator)
         log_part = strategy.distributions[0].detach()
