@@ -365,6 +365,13 @@ search-neighbour-moves: $(STAMP)  ## today's default with neighbour moves on the
 	$(MAKE) search-variety-variant NAME=five_racers_660_neighbour ITERATIONS=660 VARIANT='{"neighbour_moves": 0.25}' \
 	  SEARCH='{$(FIVE_RACE_660)}'
 
+# Racing in rounds (SearchConfig.race_rounds; README's *Racing in rounds*): today's default race as two rounds of
+# successive halving (five racers 40 turns each, the best three 66 more, the best of those leads), on the fresh and the
+# variety graphs
+search-race-rounds: $(STAMP)  ## today's default raced in two rounds on the fresh (~30 min) and variety graphs (~40)
+	$(MAKE) search-fresh-variant NAME=five_racers_660_rounds2 ITERATIONS=660 SEARCH='{$(FIVE_RACE_660), "race_rounds": 2}'
+	$(MAKE) search-variety-variant NAME=five_racers_660_rounds2 ITERATIONS=660 SEARCH='{$(FIVE_RACE_660), "race_rounds": 2}'
+
 leader-moves: $(STAMP)  ## how a settled search spends its iterations: one block racer, 8 and 2 units explored, 3 fresh graphs (~4 min)
 	$(PY) benchmarks/leader_moves.py --csv reports/leader_moves.csv
 

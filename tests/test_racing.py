@@ -132,3 +132,73 @@ def test_the_leader_explores_its_own_units_once_the_race_is_over(tmp_path):
 def test_leader_explore_is_checked():
     with pytest.raises(TrinityError, match="leader_explore: must be a number >= 0"):
         config("trinity", 4, agent={"leader_explore": -1.0})
+
+
+def test_race_rounds_split_the_turns_evenly_and_halve_the_racers():
+    from trinity.rl.racing import race_rounds
+
+    assert race_rounds(5, 80, 1) == [(5, 80)]  # one round: the race without halving
+    assert race_rounds(5, 80, 2) == [(5, 40), (3, 66)]  # 400 turns: 200 a round; 5 -> 3 racers
+    assert race_rounds(5, 80, 3) == [(5, 26), (3, 44), (2, 67)]  # 133, 133 and 134 turns; 5 -> 3 -> 2
+    assert race_rounds(4, 1, 2) == [(4, 1), (2, 1)]  # at least one turn each
+
+
+class _Stub:
+    """A racer that only counts its updates (RacingAgent's bookkeeping, by hand)."""
+
+    name, options, unit_of_op, num_groups = "stub", None, None, 1
+    Options = None
+
+    def __init__(self):
+        self.leading = False
+
+    def update(self, samples, rewards, iteration):
+        return {}
+
+    def lead(self):
+        self.leading = True
+
+
+def test_racing_in_rounds_drops_the_worse_half_then_leads_with_the_best():
+    import torch
+
+    from trinity.rl.racing import RacingAgent
+
+    race = RacingAgent(lambda seed, j: _Stub(), seed=0, racers=5, race_iterations=4, rounds=3)
+    assert race.rounds == [(5, 1), (3, 2), (2, 4)]  # 20 turns: 6, 6 and 8 a round
+    reward = {0: 0.3, 1: 0.1, 2: 0.5, 3: 0.2, 4: 0.4}  # each racer's every sample
+    schedule = []
+    for i in range(5 + 6 + 8 + 3):
+        j, own = race.turn(i)
+        schedule.append((j, own))
+        race.update(None, torch.tensor([reward[j]]), i)
+    # round 1: all five once; racers 2, 4, 0 (the best three) race on twice each, then 2 and 4 four times
+    assert schedule[:5] == [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)]
+    assert schedule[5:11] == [(0, 1), (2, 1), (4, 1), (0, 2), (2, 2), (4, 2)]
+    assert schedule[11:19] == [(2, 3), (4, 3), (2, 4), (4, 4), (2, 5), (4, 5), (2, 6), (4, 6)]
+    assert race.winner == 2 and race.racers[2].leading and not race.racers[4].leading
+    assert schedule[19:] == [(2, 7), (2, 8), (2, 9)]  # the leader alone, on from its own eighth turn
+
+
+def test_a_race_in_rounds_killed_and_resumed_ends_as_an_uninterrupted_one(tmp_path):
+    race = config("trinity", 30, racers=3, race_share=0.8, race_rounds=2)  # 24 turns: (3 x 4) then (2 x 6)
+    full = Search(two_chains(), cluster(), race, tmp_path / "full", progress=False)
+    full.run()
+    racers = [h["charts/racer"] for h in full.history]
+    assert racers[:12] == [0, 1, 2] * 4 and len(set(racers[12:24])) == 2 and set(racers[24:]) == {full.agent.winner}
+    assert full.resolved["race_rounds"] == 2
+    with pytest.raises(KeyboardInterrupt):  # killed after the checkpoint at iteration 20: the second round
+        Search(two_chains(), cluster(), race, tmp_path / "cut", tracker=KilledAt(21), progress=False).run()
+    resumed = Search(two_chains(), cluster(), race, tmp_path / "cut", progress=False)
+    assert resumed.iteration == 20 and len(resumed.agent.alive) == 2 and resumed.agent.winner is None
+    resumed.run()
+    assert rewards(resumed) == rewards(full) and resumed.agent.winner == full.agent.winner
+
+
+def test_race_rounds_are_checked():
+    with pytest.raises(TrinityError, match=r"race_rounds: must be a number >= 1 and <= 3, got 4"):
+        SearchConfig(racers=5, race_rounds=4)  # a fourth round would race one racer
+    with pytest.raises(TrinityError, match=r"race_rounds: must be a number >= 1 and <= 1, got 2"):
+        SearchConfig(race_rounds=2)  # no race
+    with pytest.raises(TrinityError, match=r"race_rounds: must be a whole number of rounds, got 1.5"):
+        SearchConfig(racers=4, race_rounds=1.5)

@@ -12,11 +12,20 @@ whole race resumes exactly from a checkpoint. The search loop sees one agent; th
 the wall time, are the budget's. ``race_agents`` (`SearchConfig`) gives racers options of their own, e.g.
 another locality prior each: a portfolio, its leader picked by the same reward (README's *Why InceptionV3's
 searches gather*).
+
+With ``rounds`` > 1 the race is successive halving (Jamieson & Talwalkar 2016, Hyperband's inner loop): the
+race's turns (``racers`` x ``race_iterations``) are split evenly over the rounds; in each round the racers still
+in take turns, each as many as the round's share allows, and after it the better half (rounded up) go on,
+the best one after the last round leading. A racer judged at 80 iterations is judged on its start: a policy
+that gains early on one kind of move can lead then and climb slower alone (README's *Racing in rounds*);
+halving drops the clearly worse early and judges the rest later.
 """
 
 from __future__ import annotations
 
 from typing import Callable
+
+import math
 
 import numpy as np
 import torch
@@ -30,11 +39,15 @@ SEED_STRIDE = 100_003  #: racer j's seed is the search's + j * SEED_STRIDE (race
 class RacingAgent(Agent):
     """``racers`` agents of one method taking turns, then the leader alone (see the module's docstring)."""
 
-    def __init__(self, make_agent: Callable[[int, int], Agent], seed: int, racers: int, race_iterations: int):
+    def __init__(self, make_agent: Callable[[int, int], Agent], seed: int, racers: int, race_iterations: int,
+                 rounds: int = 1):
         """``make_agent(seed, j)``: racer j, from its seed (and, in a portfolio, its own options)."""
         self.racers = [make_agent(seed + j * SEED_STRIDE, j) for j in range(racers)]
         self.generators = [torch.Generator().manual_seed(seed + j * SEED_STRIDE) for j in range(racers)]
         self.race_iterations = race_iterations
+        #: (racers in, each one's turns) per round
+        self.rounds = race_rounds(racers, race_iterations, rounds)
+        self.alive = list(range(racers))  #: the racers in the current round, in order
         self.best = [-np.inf] * racers  #: each racer's best reward so far
         self.winner: int | None = None  #: the racer running the rest of the budget, once the race is over
         first = self.racers[0]
@@ -43,14 +56,22 @@ class RacingAgent(Agent):
 
     def turn(self, iteration: int) -> tuple[int, int]:
         """(the racer whose turn loop iteration ``iteration`` is, that racer's own iteration)."""
-        k, r = len(self.racers), self.race_iterations
-        if iteration < k * r:
-            return iteration % k, iteration // k
-        return self.leader, r + iteration - k * r
+        start, before = 0, 0  # the round's first loop iteration; the turns each racer in it had before it
+        for n, turns in self.rounds:
+            if iteration < start + n * turns:
+                return self.alive[(iteration - start) % n], before + (iteration - start) // n
+            start, before = start + n * turns, before + turns
+        return self.leader, before + iteration - start
+
+    def _round_ends(self) -> list[int]:
+        """The loop iteration after which each round ends."""
+        return list(np.cumsum([n * turns for n, turns in self.rounds]) - 1)
 
     @property
     def leader(self) -> int:
-        return self.winner if self.winner is not None else int(np.argmax(self.best))
+        if self.winner is not None:
+            return self.winner
+        return max(self.alive, key=lambda j: (self.best[j], -j))  # ties: the lower seed
 
     def reward(self, result: SimResult) -> float:
         return self.racers[0].reward(result)
@@ -65,9 +86,14 @@ class RacingAgent(Agent):
         j, own = self.turn(iteration)
         self.best[j] = max(self.best[j], float(rewards.max()))
         metrics = self.racers[j].update(samples, rewards, own)
-        if self.winner is None and iteration + 1 >= len(self.racers) * self.race_iterations:
-            self.winner = int(np.argmax(self.best))  # ties: the lower seed
+        ends = self._round_ends()
+        if self.winner is None and iteration >= ends[-1]:
+            self.winner = self.leader
+            self.alive = [self.winner]
             self.racers[self.winner].lead()
+        elif self.winner is None and iteration in ends:  # the better half go on (ties: the lower seed)
+            ranked = sorted(self.alive, key=lambda i: (-self.best[i], i))
+            self.alive = sorted(ranked[:math.ceil(len(self.alive) / 2)])
         return {**metrics, "charts/racer": float(j)}
 
     def imitation_loss(self, unit_device: np.ndarray) -> torch.Tensor:
@@ -79,7 +105,8 @@ class RacingAgent(Agent):
     def state_dict(self) -> dict:
         return {"racers": [racer.state_dict() for racer in self.racers],
                 "generators": [g.get_state() for g in self.generators],
-                "race_iterations": self.race_iterations, "best": list(self.best), "winner": self.winner}
+                "race_iterations": self.race_iterations, "best": list(self.best), "winner": self.winner,
+                "alive": list(self.alive)}
 
     def load_state_dict(self, state: dict) -> None:
         for racer, saved in zip(self.racers, state["racers"], strict=True):
@@ -87,3 +114,20 @@ class RacingAgent(Agent):
         for g, saved in zip(self.generators, state["generators"], strict=True):
             g.set_state(saved)
         self.race_iterations, self.best, self.winner = state["race_iterations"], list(state["best"]), state["winner"]
+        # before rounds, every racer ran until the race ended
+        default = list(range(len(self.racers))) if self.winner is None else [self.winner]
+        self.alive = list(state.get("alive", default))
+
+
+def race_rounds(racers: int, race_iterations: int, rounds: int) -> list[tuple[int, int]]:
+    """[(racers in, turns each)] per round of a race of ``racers`` x ``race_iterations`` turns in ``rounds``
+    rounds of successive halving: ceil(n / 2) of n racers go on after each round, and each round gets an even
+    share of the turns (the first rounds' remainders to the last), at least one per racer in it. One round:
+    [(racers, race_iterations)], the race without halving."""
+    total = racers * race_iterations
+    alive, out = racers, []
+    for r in range(rounds):
+        share = total // rounds if r < rounds - 1 else total - (rounds - 1) * (total // rounds)
+        out.append((alive, max(1, share // alive)))
+        alive = math.ceil(alive / 2)
+    return out

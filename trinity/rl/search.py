@@ -12,6 +12,7 @@ ends exactly where an uninterrupted one does.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import signal
@@ -79,6 +80,10 @@ class SearchConfig:
     #: racer j's agent options over ``agent`` (nested keys merged), for the first len(race_agents) racers: a
     #: portfolio, each racer with its own prior (e.g. ``[{}, {policy: {locality_order: bisection}}]``)
     race_agents: list = field(default_factory=list)
+    #: the race in rounds of successive halving (`trinity/rl/racing.py`): the racers' turns split evenly over the
+    #: rounds, the better half going on after each; 1 = one round, the leader picked after every racer's
+    #: ``race_iterations``; at most ceil(log2(racers)) (the last round races two or more)
+    race_rounds: int = 1
     reward: MDPEConfig = field(default_factory=MDPEConfig)
     agent: dict = field(default_factory=dict)  #: the method's settings (its Agent.Options' fields)
 
@@ -96,6 +101,9 @@ class SearchConfig:
         check_range("search", "warm_start_grad_clip", self.warm_start_grad_clip, 0, low_open=True)
         check_range("search", "racers", self.racers, 1, 64)
         check_range("search", "race_share", self.race_share, 0, 1, low_open=True)
+        if isinstance(self.race_rounds, bool) or not isinstance(self.race_rounds, int):
+            raise TrinityError(f"must be a whole number of rounds, got {self.race_rounds!r}", field="race_rounds")
+        check_range("search", "race_rounds", self.race_rounds, 1, max(1, math.ceil(math.log2(self.racers))))
         if self.racers > 1 and self.warm_start is not None:
             raise TrinityError("a race starts from scratch: use racers=1 with a warm start", field="racers")
         if self.warm_start is not None:
@@ -161,7 +169,7 @@ class Search:
             return agent_class(cfg.method)(graph, cluster, options, replace(ctx, seed=seed))
 
         self.agent: Agent = make_agent(cfg.seed) if cfg.racers == 1 else RacingAgent(
-            make_agent, cfg.seed, cfg.racers, cfg.race_iterations)
+            make_agent, cfg.seed, cfg.racers, cfg.race_iterations, cfg.race_rounds)
         self.num_groups = self.agent.num_groups
         _check_groups(graph, cluster, self.num_groups)
         self.generator = torch.Generator().manual_seed(cfg.seed)
@@ -193,6 +201,8 @@ class Search:
         resolved = {**asdict(self.cfg), "agent": asdict(self.agent.options)}
         if not resolved["race_agents"]:  # one agent's options for all: as before portfolios (old checkpoints hold)
             del resolved["race_agents"]
+        if resolved["race_rounds"] == 1:  # one round: as before rounds
+            del resolved["race_rounds"]
         return resolved
 
     # ----------------------------------------------------------------- loop
