@@ -366,11 +366,15 @@ search-neighbour-moves: $(STAMP)  ## today's default with neighbour moves on the
 	  SEARCH='{$(FIVE_RACE_660)}'
 
 # Racing in rounds (SearchConfig.race_rounds; README's *Racing in rounds*): today's default race as two rounds of
-# successive halving (five racers 40 turns each, the best three 66 more, the best of those leads), on the fresh and the
-# variety graphs
-search-race-rounds: $(STAMP)  ## today's default raced in two rounds on the fresh (~30 min) and variety graphs (~40)
+# successive halving (five racers 40 turns each, the best three 66 more, the best of those leads), on the fresh graphs
+# (the variety graphs: the same SEARCH with search-variety-variant)
+search-race-rounds: $(STAMP)  ## today's default raced in two rounds on the fresh graphs (~30 min)
 	$(MAKE) search-fresh-variant NAME=five_racers_660_rounds2 ITERATIONS=660 SEARCH='{$(FIVE_RACE_660), "race_rounds": 2}'
-	$(MAKE) search-variety-variant NAME=five_racers_660_rounds2 ITERATIONS=660 SEARCH='{$(FIVE_RACE_660), "race_rounds": 2}'
+
+# How well the race picks its leader: on each fresh case, seed 0, today's default race rerun with every other racer made
+# the leader (README's *Racing in rounds*)
+race-oracle: $(STAMP)  ## the race's pick against each racer leading instead, fresh graphs, seed 0 (~30 min)
+	$(PY) benchmarks/race_oracle.py --seeds 0 --csv reports/race_oracle.csv
 
 leader-moves: $(STAMP)  ## how a settled search spends its iterations: one block racer, 8 and 2 units explored, 3 fresh graphs (~4 min)
 	$(PY) benchmarks/leader_moves.py --csv reports/leader_moves.csv

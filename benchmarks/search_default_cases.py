@@ -58,7 +58,7 @@ def cases(params: dict, seeds: int | None = None) -> list[tuple[str, str, int, d
 
 
 #: a variant's keys that are the search loop's (SearchConfig's), not the agent's
-LOOP_KEYS = ("iterations", "racers", "race_share", "race_agents")
+LOOP_KEYS = ("iterations", "racers", "race_share", "race_agents", "race_rounds")
 
 
 def variant(text: str) -> tuple[str, dict, dict]:

@@ -241,7 +241,7 @@ def cmd_search(args) -> None:
     cfg = SearchConfig(method=args.method, iterations=args.iterations, batch=batch, seed=args.seed,
                        warm_start=args.warm_start, threads=args.threads, sim_threads=args.sim_threads,
                        warm_start_steps=args.warm_start_steps, checkpoint_every=args.checkpoint_every, agent=agent,
-                       racers=args.racers, race_share=args.race_share)
+                       racers=args.racers, race_share=args.race_share, race_rounds=args.race_rounds)
     g, cluster = _graph(args.graph), load_cluster(args.cluster)
     out = Path(args.out or f"runs/{g.name}-{cluster.name}-{args.method}-s{args.seed}")
     tracker = NullTracker()
@@ -507,6 +507,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="searches from seeds SEED, SEED + 100003, ... sharing the budget; the best finishes it")
     p.add_argument("--race-share", type=_positive_float, default=0.8,
                    help="the share of the budget the racers spend taking turns (at most 1)")
+    p.add_argument("--race-rounds", type=_int_in(1, 6), default=1,
+                   help="the race as rounds of successive halving, the better half going on after each "
+                        "(at most ceil(log2(racers)))")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--threads", type=_int_in(1, MAX_THREADS), default=1)
     p.add_argument("--warm-start", help="first imitate this placer's output (e.g. m-etf), or 'best': the best "

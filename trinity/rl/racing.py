@@ -16,9 +16,9 @@ searches gather*).
 With ``rounds`` > 1 the race is successive halving (Jamieson & Talwalkar 2016, Hyperband's inner loop): the
 race's turns (``racers`` x ``race_iterations``) are split evenly over the rounds; in each round the racers still
 in take turns, each as many as the round's share allows, and after it the better half (rounded up) go on,
-the best one after the last round leading. A racer judged at 80 iterations is judged on its start: a policy
-that gains early on one kind of move can lead then and climb slower alone (README's *Racing in rounds*);
-halving drops the clearly worse early and judges the rest later.
+the best one after the last round leading: the clearly worse go early and the rest are judged later, since a
+racer's reward at the race's end is a weak guide to where it ends as the leader (README's *Racing in rounds*, where
+two rounds are measured against one: neutral on the fresh graphs, so one stays the default).
 """
 
 from __future__ import annotations
