@@ -1,11 +1,13 @@
-"""Racing (trinity/rl/racing.py): each racer draws as a search of its own seed, the leader finishes, resume is exact."""
+"""Racing (trinity/rl/racing.py): each racer draws as a search of its own seed, rounds halve the racers, the leader
+finishes, resume is exact."""
 
 import numpy as np
 import pytest
+import torch
 
 from trinity.errors import TrinityError
 from trinity.features import op_features
-from trinity.rl.racing import SEED_STRIDE
+from trinity.rl.racing import SEED_STRIDE, RacingAgent, race_rounds
 from trinity.rl.search import Search, SearchConfig
 from trinity.track import NullTracker
 
@@ -135,8 +137,6 @@ def test_leader_explore_is_checked():
 
 
 def test_race_rounds_split_the_turns_evenly_and_halve_the_racers():
-    from trinity.rl.racing import race_rounds
-
     assert race_rounds(5, 80, 1) == [(5, 80)]  # one round: the race without halving
     assert race_rounds(5, 80, 2) == [(5, 40), (3, 66)]  # 400 turns: 200 a round; 5 -> 3 racers
     assert race_rounds(5, 80, 3) == [(5, 26), (3, 44), (2, 67)]  # 133, 133 and 134 turns; 5 -> 3 -> 2
@@ -146,8 +146,7 @@ def test_race_rounds_split_the_turns_evenly_and_halve_the_racers():
 class _Stub:
     """A racer that only counts its updates (RacingAgent's bookkeeping, by hand)."""
 
-    name, options, unit_of_op, num_groups = "stub", None, None, 1
-    Options = None
+    name, Options, options, unit_of_op, num_groups = "stub", None, None, None, 1
 
     def __init__(self):
         self.leading = False
@@ -160,10 +159,6 @@ class _Stub:
 
 
 def test_racing_in_rounds_drops_the_worse_half_then_leads_with_the_best():
-    import torch
-
-    from trinity.rl.racing import RacingAgent
-
     race = RacingAgent(lambda seed, j: _Stub(), seed=0, racers=5, race_iterations=4, rounds=3)
     assert race.rounds == [(5, 1), (3, 2), (2, 4)]  # 20 turns: 6, 6 and 8 a round
     reward = {0: 0.3, 1: 0.1, 2: 0.5, 3: 0.2, 4: 0.4}  # each racer's every sample

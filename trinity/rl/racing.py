@@ -23,9 +23,8 @@ two rounds are measured against one: neutral on the fresh graphs, so one stays t
 
 from __future__ import annotations
 
-from typing import Callable
-
 import math
+from typing import Callable
 
 import numpy as np
 import torch
