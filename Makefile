@@ -374,7 +374,7 @@ search-race-rounds: $(STAMP)  ## today's default raced in two rounds on the fres
 # How well the race picks its leader: on each fresh case, seed 0, today's default race rerun with every other racer made
 # the leader (README's *Racing in rounds*)
 race-oracle: $(STAMP)  ## the race's pick against each racer leading instead, fresh graphs, seed 0 (~30 min)
-	$(PY) benchmarks/race_oracle.py --seeds 0 --csv reports/race_oracle.csv
+	$(PY) benchmarks/race_oracle.py --seeds 0 --csv reports/race_oracle.csv --iterations 660 --search '{$(FIVE_RACE_660)}'
 
 leader-moves: $(STAMP)  ## how a settled search spends its iterations: one block racer, 8 and 2 units explored, 3 fresh graphs (~4 min)
 	$(PY) benchmarks/leader_moves.py --csv reports/leader_moves.csv

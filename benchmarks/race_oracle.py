@@ -1,9 +1,9 @@
 """How well the race picks its leader: today's default race rerun with each racer made the leader in turn.
 
-`python benchmarks/race_oracle.py --only 'training3203 (3203 ops) p100x2' --seeds 0 --csv reports/race_oracle.csv`.
-On the fresh synthetic graphs (or the development ones with ``--development``), per case and seed, the default's
-race (five racers, 80 turns each, the leader the last 260: `make`'s FIVE_RACE_660) runs as it does, then once more
-per racer with that racer made the leader whatever the race said. Every racer draws exactly as in the race (its own
+`make race-oracle`, which gives ``--search`` today's default race (`make`'s FIVE_RACE_660: five racers, 80 turns
+each, the leader the last 260 of 660). On the fresh synthetic graphs (or the development ones with
+``--development``), per case and seed, that race runs as it does, then once more per racer with that racer made
+the leader whatever the race said. Every racer draws exactly as in the race (its own
 generator and seed), so each run is what the search would have ended at had the race picked that racer. Writes one
 row per racer: its best reward when the race ended, whether the race picked it, and the best step time and reward
 the search ended at with it leading; prints, per case and seed, the race's pick against the best in hindsight.
@@ -12,6 +12,7 @@ the search ended at with it leading; prints, per case and seed, the race's pick 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import warnings
@@ -23,14 +24,10 @@ import pandas as pd  # noqa: E402
 
 from trinity.cluster import load_cluster  # noqa: E402
 from trinity.graph.synthetic import graph_set  # noqa: E402
+from trinity.rl.defaults import TRINITY_SCRATCH_BATCH  # noqa: E402
 from trinity.rl.racing import RacingAgent  # noqa: E402
 from trinity.rl.search import Search, SearchConfig  # noqa: E402
 from trinity.sim import Simulator  # noqa: E402
-
-#: today's default race (conf/experiment/default.yaml)
-BLOCK_RACER = {"block_moves": 0.25, "op_costs": "cluster", "policy": {"locality_order": "bisection"}}
-DEFAULT_RACE = {"iterations": 660, "batch": 64, "racers": 5, "race_share": 0.606,
-                "race_agents": [{}] + [BLOCK_RACER] * 4}
 
 
 class ForcedLeaderRace(RacingAgent):
@@ -55,7 +52,13 @@ def main() -> None:
     parser.add_argument("--only", default="", help="the cases whose name contains this")
     parser.add_argument("--development", action="store_true", help="the development graphs instead of the fresh ones")
     parser.add_argument("--csv", default="reports/race_oracle.csv")
+    parser.add_argument("--iterations", type=int, default=660)
+    parser.add_argument("--search", type=json.loads, required=True, metavar="JSON",
+                        help="the race (SearchConfig's racers, race_share, race_agents, ...), e.g. make's FIVE_RACE_660")
     args = parser.parse_args()
+    if not isinstance(args.search, dict) or args.search.get("racers", 1) < 2:
+        parser.error(f"--search: a JSON object of a race (racers of 2 or more), got {args.search!r}")
+    race = {"iterations": args.iterations, "batch": TRINITY_SCRATCH_BATCH, **args.search}
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:
@@ -69,11 +72,11 @@ def main() -> None:
             sim = Simulator(graph, cluster)
             for seed in seeds:
                 picked = None  # the race's own run first, then each other racer made the leader
-                for forced in [None] + list(range(DEFAULT_RACE["racers"])):
+                for forced in [None] + list(range(race["racers"])):
                     if forced is not None and forced == picked:
                         continue
                     with tempfile.TemporaryDirectory() as tmp:
-                        s = Search(graph, cluster, SearchConfig(seed=seed, checkpoint_every=10**9, **DEFAULT_RACE),
+                        s = Search(graph, cluster, SearchConfig(seed=seed, checkpoint_every=10**9, **race),
                                    tmp, progress=False, feature_cache="data/.features")
                         s.agent.__class__, s.agent.forced = ForcedLeaderRace, forced
                         best = s.run()
