@@ -50,8 +50,9 @@ PLACERS = ("single", "expert", "metis", "m-topo", "m-etf", "m-sct")
 DEFAULT_SEARCH = {"racers": 2}
 
 
-def graphs(files: list[str], fresh: bool = False):
-    yield from graph_set("fresh" if fresh else "development")
+def graphs(files: list[str], fresh: bool = False, synthetic: bool = True):
+    if synthetic:
+        yield from graph_set("fresh" if fresh else "development")
     for f in files:
         yield load_graph(f)
 
@@ -73,6 +74,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="run the cases whose name contains this, e.g. 'layered4000'")
     parser.add_argument("--fresh", action="store_true",
                         help="synthetic graphs of new sizes and seeds instead (held out from every choice so far)")
+    parser.add_argument("--files-only", action="store_true", help="the graph files given alone, no synthetic graphs")
     parser.add_argument("--agent", type=json_object, default={}, metavar="JSON",
                         help="Trinity's options for these runs (the agent: block), e.g. '{\"self_imitation\": 10}'")
     parser.add_argument("--search", type=json_object, default={}, metavar="JSON",
@@ -82,8 +84,10 @@ def main() -> None:
     own = {"iterations", "batch", "seed", "checkpoint_every", "agent"} & args.search.keys()
     if own:  # set by their own options (or per seed): refused rather than silently clashing
         parser.error(f"--search: {', '.join(sorted(own))} cannot be set there (--iterations, --batch, --seeds, --agent)")
+    if args.files_only and not args.graphs:
+        parser.error("--files-only: no graph files given")
     rows = []
-    for graph in graphs(args.graphs, args.fresh):
+    for graph in graphs(args.graphs, args.fresh, synthetic=not args.files_only):
         for cluster in (load_cluster("p100x2"), load_cluster("p100x4")):
             case = f"{graph.name} ({graph.n_ops} ops) {cluster.name}"
             if args.only not in case:
