@@ -178,8 +178,15 @@ def test_single_and_round_robin_compute_the_same_losses(tiny, workers):
     single = runner.measure(np.zeros(g.n_ops, np.int64), "single", steps=2, warmup=1)
     rr = place("round-robin", g, runner.cluster).placement
     assert set(rr) == {0, 1}
-    split = runner.measure(rr, "round-robin", steps=2, warmup=1)
+    split = runner.measure(rr, "round-robin", steps=2, warmup=1, keep_ops=True)
     assert len(single.loss) == len(split.loss) == 4  # warm-up + timed + traced
+    assert single.op_trace == []  # kept only when asked
+    # the traced step's ops, on both workers, from its first op: every graph op placed on a worker ran there
+    names = {op.name: int(d) for op, d in zip(g.ops, rr)}
+    ran = {(task, node) for task, node, _, _ in split.op_trace}
+    assert {task for task, _ in ran} == {0, 1} and min(start for _, _, start, _ in split.op_trace) == 0.0
+    assert all(dur >= 0 for *_, dur in split.op_trace)
+    assert all(names[node] == task for task, node in ran if node in names)
     assert np.all(np.isfinite(single.loss)) and len(set(single.loss)) > 1  # it trains
     np.testing.assert_allclose(split.loss, single.loss, rtol=1e-5)
     assert len(single.step_us) == len(split.step_us) == 2 and min(single.step_us + split.step_us) > 0

@@ -72,6 +72,8 @@ class Measurement:
     overridden: list[tuple[str, str, str]] = field(default_factory=list)  # (op, asked, ran)
     setup_s: float = 0.0  # session creation, initialisation and warm-up, summed over rounds
     load: list[float] = field(default_factory=list)  # the machine's 1-minute load before and after each run
+    # the last traced step's ops (task, node, start from the step's first op, duration), with `measure`'s keep_ops
+    op_trace: list[tuple[int, str, float, float]] = field(default_factory=list)
 
     @property
     def median_us(self) -> float:
@@ -191,6 +193,17 @@ def _trace_figures(run_metadata, graph: OpGraph, asked: dict[str, str], devices:
     return crossed, transfers, peak, overridden
 
 
+def op_records(run_metadata, devices: list[str]) -> list[tuple[int, str, float, float]]:
+    """(task, node name, start us after the step's first op, the op's own duration us) of every node a traced
+    step ran on ``devices`` (their index is the task), in trace order."""
+    task = {d: i for i, d in enumerate(devices)}
+    stats = [(task[dev.device], ns) for dev in run_metadata.step_stats.dev_stats if dev.device in task
+             for ns in dev.node_stats]
+    first = min((ns.all_start_micros + ns.op_start_rel_micros for _, ns in stats), default=0)
+    return [(t, ns.node_name, float(ns.all_start_micros + ns.op_start_rel_micros - first),
+             float(ns.op_end_rel_micros - ns.op_start_rel_micros)) for t, ns in stats]
+
+
 class Runner:
     """Runs placements of one exported TensorFlow graph on a set of workers."""
 
@@ -279,8 +292,9 @@ class Runner:
         return out, run_metadata
 
     def measure(self, placement, name: str = "strategy", *, steps: int = 5, warmup: int = 2, trace: bool = True,
-                into: Measurement | None = None) -> Measurement:
-        """Run ``warmup`` + ``steps`` steps (+ one traced) of ``placement``; add them to ``into``."""
+                into: Measurement | None = None, keep_ops: bool = False) -> Measurement:
+        """Run ``warmup`` + ``steps`` steps (+ one traced) of ``placement``; add them to ``into`` (with
+        ``keep_ops``, the traced step's ops too: `Measurement.op_trace`)."""
         import tensorflow as tf
 
         placement = self.check(placement, name)
@@ -311,6 +325,8 @@ class Runner:
                 out, md = self._run(sess, self.fetches, f"a traced step of {name}", trace=True)
                 m.loss.append(self._loss(out))
                 m.keep_trace(*_trace_figures(md, self.graph, asked, self.workers.devices))
+                if keep_ops:
+                    m.op_trace = op_records(md, self.workers.devices)
         m.load.append(machine_load())
         return m
 

@@ -1,0 +1,55 @@
+"""benchmarks/validation_op_traces.py and `op_records`: a traced step's ops per worker beside the simulator's, by hand."""
+
+import math
+
+import numpy as np
+import pytest
+
+from conftest import benchmark_script
+
+from trinity.errors import TrinityError
+from trinity.graph.synthetic import layered_dag
+from trinity.runtime.runner import op_records
+from trinity.runtime.workers import task_device
+
+
+def test_op_records_take_each_workers_nodes_from_the_steps_first_op():
+    tf = pytest.importorskip("tensorflow")
+    md = tf.compat.v1.RunMetadata()
+    for device, nodes in ((task_device(1), [("b", 1_000_050, 5, 25)]),
+                          (task_device(0), [("a", 1_000_000, 10, 40), ("RecvTensor", 1_000_020, 0, 7)]),
+                          ("/job:localhost/replica:0/task:0/device:CPU:0", [("client", 999_000, 0, 1)])):
+        dev = md.step_stats.dev_stats.add(device=device)
+        for name, start, op_start, op_end in nodes:
+            dev.node_stats.add(node_name=name, all_start_micros=start, op_start_rel_micros=op_start,
+                               op_end_rel_micros=op_end)
+    # the first op starts at 1,000,010 us; the client's device is none of the workers'
+    assert op_records(md, [task_device(0), task_device(1)]) == [
+        (1, "b", 45.0, 20.0), (0, "a", 0.0, 30.0), (0, "RecvTensor", 10.0, 7.0)]
+
+
+def test_worker_figures_by_hand():
+    traces = benchmark_script("validation_op_traces")
+    graph = layered_dag(6, 8, seed=1)  # ops op0..op5
+    placement = np.array([0, 0, 0, 1, 1, 1])
+    times = np.array([300.0, 100.0, 400.0, 250.0, 500.0, 50.0])  # each op's profiled us on its device
+    records = [(0, "op0", 0.0, 330.0), (0, "op1", 330.0, 100.0), (0, "op2", 500.0, 400.0),
+               (0, "RecvTensor", 900.0, 60.0),  # no graph op: counted apart
+               (1, "op3", 450.0, 300.0), (1, "op4", 750.0, 550.0), (1, "op5", 1300.0, 50.0),
+               (1, "op1", 1350.0, 10.0)]  # a graph op traced on a worker it was not placed on: only its span
+    rows = traces.worker_figures(records, graph, times, placement, np.array([800.0, 800.0]))
+    assert rows[0] == {"worker": 0, "ops": 3, "busy_ms": 0.83, "sim_busy_ms": 0.8,
+                       "large_op_ratio": 1.05,  # median of 330/300 and 400/400 (op1 is under 200 us)
+                       "span_ms": 0.96, "other_ms": 0.06}
+    assert rows[1]["ops"] == 3 and rows[1]["busy_ms"] == pytest.approx(0.9)
+    assert rows[1]["large_op_ratio"] == pytest.approx(1.15)  # 300/250 and 550/500
+    assert rows[1]["span_ms"] == pytest.approx(1.36) and rows[1]["other_ms"] == 0.0
+    idle = traces.worker_figures([], graph, times, placement, np.array([0.0, 0.0]))
+    assert idle[0]["ops"] == 0 and idle[0]["span_ms"] == 0.0 and math.isnan(idle[0]["large_op_ratio"])
+
+
+def test_a_part_without_its_calibrated_graph_is_refused_naming_it():
+    traces = benchmark_script("validation_op_traces")
+    with pytest.raises(TrinityError, match="part/calibration/graph.json.gz: part: not found") as refused:
+        traces.main(["nowhere/part", "--graphdef", "nowhere/none.pb"])
+    assert "\n" not in str(refused.value)  # one line (run_main prints it and exits 2)
