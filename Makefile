@@ -472,7 +472,7 @@ validation-what-if: $(STAMP)  ## the committed validation with each simulator te
 
 # Traced real steps of six committed InceptionV3 strategies on 2 local workers, each worker's ops beside the
 # simulator's schedule (the graph's GraphDef from the pipeline's export stage); needs a quiet machine
-validation-op-traces: params  ## where a split's real step goes: traced real steps per worker beside the simulator's (~2 min)
+validation-op-traces: params  ## where a split's real step goes: traced real steps per worker beside the simulator's (~3 min)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc repro export@inception_v3
 	$(PY) benchmarks/validation_op_traces.py --csv reports/validation_op_traces.csv
 

@@ -6,8 +6,9 @@ do not find why. This runs committed strategies of a validation again on 2 local
 worker's ops beside the simulator's schedule of the same strategy, on the part's calibrated graph and cluster with
 the op times anchored to the whole step on one worker as measured in this run (as `validate` anchors them). One
 row per strategy, repeat and worker: the timed steps (min, median, max), the worker's op time in the traced step
-against the simulator's (`busy`), the median of real over anchored profiled time of its large ops, and the span
-from the step's first op to the worker's last end. Nothing is fitted. Needs a quiet machine (2 cores, the
+against the simulator's (`busy`), the median of real over anchored profiled time of its large ops, the span from
+the step's first op to the worker's last end against the simulator's, and how alike the order it ran its ops in
+is to the simulator's (rank correlation of start times). Nothing is fitted. Needs a quiet machine (2 cores, the
 workers) and the validation's exported GraphDef (`dvc repro export@inception_v3`).
 
     make validation-op-traces   # -> reports/validation_op_traces.csv (about 3 min)
@@ -38,24 +39,30 @@ STRATEGIES = ("p100x2-single", "p100x2-annealing-long-s2", "p100x2-annealing-s3"
 LARGE_OP_US = 200.0
 
 
-def worker_figures(records, graph: OpGraph, times: np.ndarray, placement: np.ndarray, sim_busy_us: np.ndarray,
+def worker_figures(records, graph: OpGraph, times: np.ndarray, placement: np.ndarray, sim,
                    large_op_us: float = LARGE_OP_US) -> list[dict]:
-    """Per worker of a traced step (``records``: `op_records`' (task, node, start, duration)): its graph ops'
-    count and time against the simulator's busy time (``sim_busy_us``), the median of real over profiled time
-    (``times``: us per op on its device) of ops profiled at ``large_op_us`` or more, and the span from the
-    step's first op to the worker's last end. Nodes of no graph op (sends, receives, RecvTensor) count in
-    ``other_ms`` alone."""
+    """Per worker of a traced step (``records``: `op_records`' (task, node, start, duration)) beside the
+    simulator's step of the same placement (``sim``: its ``busy_us``, ``op_start`` and ``op_end``): the
+    worker's graph ops' count and time against the simulator's busy time, the median of real over profiled
+    time (``times``: us per op on its device) of ops profiled at ``large_op_us`` or more, the span from the
+    step's first op to the worker's last end against the simulator's last end of those ops, and the rank
+    correlation of their real and simulated start times (the order the worker ran them in). Nodes of no graph
+    op (sends, receives, RecvTensor) count in ``other_ms`` alone."""
     index = {op.name: i for i, op in enumerate(graph.ops)}
     rows = []
-    for task in range(len(sim_busy_us)):
+    for task in range(len(sim.busy_us)):
         mine = [(index.get(node), start, dur) for t, node, start, dur in records if t == task]
         ops = [(i, start, dur) for i, start, dur in mine if i is not None and placement[i] == task]
         ratios = [dur / times[i] for i, _, dur in ops if times[i] >= large_op_us]
+        ran = [i for i, _, _ in ops]
+        order = (pd.Series([s for _, s, _ in ops]).corr(pd.Series(sim.op_start[ran]), method="spearman")
+                 if len(ops) > 1 else float("nan"))
         rows.append({"worker": task, "ops": len(ops), "busy_ms": sum(d for _, _, d in ops) / 1e3,
-                     "sim_busy_ms": float(sim_busy_us[task]) / 1e3,
+                     "sim_busy_ms": float(sim.busy_us[task]) / 1e3,
                      "large_op_ratio": float(np.median(ratios)) if ratios else float("nan"),
                      "span_ms": max((s + d for _, s, d in mine), default=0.0) / 1e3,
-                     "other_ms": sum(d for i, _, d in mine if i is None) / 1e3})
+                     "sim_span_ms": float(sim.op_end[ran].max()) / 1e3 if ran else 0.0,
+                     "order_rank": float(order), "other_ms": sum(d for i, _, d in mine if i is None) / 1e3})
     return rows
 
 
@@ -102,7 +109,7 @@ def main(argv=None) -> None:
         placement = placements[name]
         sim = simulator.simulate(placement)
         device_times = times[np.arange(graph.n_ops), placement]
-        for figures in worker_figures(m.op_trace, graph, device_times, placement, sim.busy_us):
+        for figures in worker_figures(m.op_trace, graph, device_times, placement, sim):
             rows.append({"strategy": name, "repeat": repeat, "step_min_ms": min(m.step_us) / 1e3,
                          "step_median_ms": m.median_us / 1e3, "step_max_ms": max(m.step_us) / 1e3,
                          "sim_step_ms": sim.step_time_us / 1e3, "anchor_scale": scale, **figures})

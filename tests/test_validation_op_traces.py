@@ -1,6 +1,7 @@
 """benchmarks/validation_op_traces.py and `op_records`: a traced step's ops per worker beside the simulator's, by hand."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -37,15 +38,22 @@ def test_worker_figures_by_hand():
                (0, "RecvTensor", 900.0, 60.0),  # no graph op: counted apart
                (1, "op3", 450.0, 300.0), (1, "op4", 750.0, 550.0), (1, "op5", 1300.0, 50.0),
                (1, "op1", 1350.0, 10.0)]  # a graph op traced on a worker it was not placed on: only its span
-    rows = traces.worker_figures(records, graph, times, placement, np.array([800.0, 800.0]))
+    # the simulator ran worker 0's ops in the real order, worker 1's op4 before op3
+    sim = SimpleNamespace(busy_us=np.array([800.0, 800.0]), op_start=np.array([0.0, 300, 400, 500, 0, 600]),
+                          op_end=np.array([300.0, 400, 800, 750, 500, 650]))
+    rows = traces.worker_figures(records, graph, times, placement, sim)
     assert rows[0] == {"worker": 0, "ops": 3, "busy_ms": 0.83, "sim_busy_ms": 0.8,
                        "large_op_ratio": 1.05,  # median of 330/300 and 400/400 (op1 is under 200 us)
-                       "span_ms": 0.96, "other_ms": 0.06}
+                       "span_ms": 0.96, "sim_span_ms": 0.8, "order_rank": 1.0, "other_ms": 0.06}
     assert rows[1]["ops"] == 3 and rows[1]["busy_ms"] == pytest.approx(0.9)
     assert rows[1]["large_op_ratio"] == pytest.approx(1.15)  # 300/250 and 550/500
-    assert rows[1]["span_ms"] == pytest.approx(1.36) and rows[1]["other_ms"] == 0.0
-    idle = traces.worker_figures([], graph, times, placement, np.array([0.0, 0.0]))
-    assert idle[0]["ops"] == 0 and idle[0]["span_ms"] == 0.0 and math.isnan(idle[0]["large_op_ratio"])
+    assert rows[1]["span_ms"] == pytest.approx(1.36) and rows[1]["sim_span_ms"] == 0.75
+    assert rows[1]["order_rank"] == pytest.approx(0.5)  # real ranks 1, 2, 3 against simulated 2, 1, 3
+    assert rows[1]["other_ms"] == 0.0
+    none = SimpleNamespace(busy_us=np.zeros(2), op_start=np.zeros(6), op_end=np.zeros(6))
+    idle = traces.worker_figures([], graph, times, placement, none)
+    assert idle[0]["ops"] == 0 and idle[0]["span_ms"] == 0.0 and idle[0]["sim_span_ms"] == 0.0
+    assert math.isnan(idle[0]["large_op_ratio"]) and math.isnan(idle[0]["order_rank"])
 
 
 def test_a_part_without_its_calibrated_graph_is_refused_naming_it():
