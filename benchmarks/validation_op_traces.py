@@ -85,8 +85,9 @@ def main(argv=None) -> None:
         if not path.is_file():
             raise TrinityError("not found (a validation part's calibrated graph; the GraphDef: `dvc repro "
                                "export@inception_v3`)", source=str(path), field=field)
-    if args.repeats < 1 or args.steps < 1:
-        raise TrinityError(f"need 1 or more, got {args.repeats} repeats and {args.steps} steps", field="--repeats")
+    for field, value in (("--repeats", args.repeats), ("--steps", args.steps)):
+        if value < 1:
+            raise TrinityError(f"must be 1 or more, got {value}", field=field)
     graph = load_graph(part / "calibration" / "graph.json.gz")
     cluster = load_cluster(part / "calibration" / "cluster.yaml")
     placements = {name: Strategy.load(part / "strategies" / f"{name}.json").to_indices(graph)

@@ -61,3 +61,13 @@ def test_a_part_without_its_calibrated_graph_is_refused_naming_it():
     with pytest.raises(TrinityError, match="part/calibration/graph.json.gz: part: not found") as refused:
         traces.main(["nowhere/part", "--graphdef", "nowhere/none.pb"])
     assert "\n" not in str(refused.value)  # one line (run_main prints it and exits 2)
+
+
+def test_a_step_count_under_one_is_refused_naming_it(tmp_path):
+    traces = benchmark_script("validation_op_traces")
+    part, graphdef = tmp_path / "part", tmp_path / "graph.graphdef.pb"
+    (part / "calibration").mkdir(parents=True)
+    (part / "calibration" / "graph.json.gz").write_bytes(b"")  # only looked for: the count is refused first
+    graphdef.write_bytes(b"")
+    with pytest.raises(TrinityError, match="--steps: must be 1 or more, got 0"):
+        traces.main([str(part), "--graphdef", str(graphdef), "--steps", "0"])
