@@ -7,7 +7,7 @@ worker's ops beside the simulator's schedule of the same strategy, on the part's
 the op times anchored to the whole step on one worker as measured in this run (as `validate` anchors them). One
 row per strategy, repeat and worker: the timed steps (min, median, max), the worker's op time in the traced step
 against the simulator's (`busy`), the median of real over anchored profiled time of its large ops, the span from
-the step's first op to the worker's last end against the simulator's, and how alike the order it ran its ops in
+the step's first op to the end of the worker's last graph op against the simulator's, and how alike the order it ran its ops in
 is to the simulator's (rank correlation of start times). Nothing is fitted. Needs a quiet machine (2 cores, the
 workers) and the validation's exported GraphDef (`dvc repro export@inception_v3`).
 
@@ -45,7 +45,7 @@ def worker_figures(records, graph: OpGraph, times: np.ndarray, placement: np.nda
     simulator's step of the same placement (``sim``: its ``busy_us``, ``op_start`` and ``op_end``): the
     worker's graph ops' count and time against the simulator's busy time, the median of real over profiled
     time (``times``: us per op on its device) of ops profiled at ``large_op_us`` or more, the span from the
-    step's first op to the worker's last end against the simulator's last end of those ops, and the rank
+    step's first op to the end of the worker's last graph op against the simulator's, and the rank
     correlation of their real and simulated start times (the order the worker ran them in). Nodes of no graph
     op (sends, receives, RecvTensor) count in ``other_ms`` alone."""
     index = {op.name: i for i, op in enumerate(graph.ops)}
@@ -60,7 +60,7 @@ def worker_figures(records, graph: OpGraph, times: np.ndarray, placement: np.nda
         rows.append({"worker": task, "ops": len(ops), "busy_ms": sum(d for _, _, d in ops) / 1e3,
                      "sim_busy_ms": float(sim.busy_us[task]) / 1e3,
                      "large_op_ratio": float(np.median(ratios)) if ratios else float("nan"),
-                     "span_ms": max((s + d for _, s, d in mine), default=0.0) / 1e3,
+                     "span_ms": max((s + d for _, s, d in ops), default=0.0) / 1e3,
                      "sim_span_ms": float(sim.op_end[ran].max()) / 1e3 if ran else 0.0,
                      "order_rank": float(order), "other_ms": sum(d for i, _, d in mine if i is None) / 1e3})
     return rows

@@ -37,17 +37,18 @@ def test_worker_figures_by_hand():
     records = [(0, "op0", 0.0, 330.0), (0, "op1", 330.0, 100.0), (0, "op2", 500.0, 400.0),
                (0, "RecvTensor", 900.0, 60.0),  # no graph op: counted apart
                (1, "op3", 450.0, 300.0), (1, "op4", 750.0, 550.0), (1, "op5", 1300.0, 50.0),
-               (1, "op1", 1350.0, 10.0)]  # a graph op traced on a worker it was not placed on: only its span
+               (1, "op1", 1350.0, 10.0)]  # a graph op traced on a worker it was not placed on: left out
     # the simulator ran worker 0's ops in the real order, worker 1's op4 before op3
     sim = SimpleNamespace(busy_us=np.array([800.0, 800.0]), op_start=np.array([0.0, 300, 400, 500, 0, 600]),
                           op_end=np.array([300.0, 400, 800, 750, 500, 650]))
     rows = traces.worker_figures(records, graph, times, placement, sim)
     assert rows[0] == {"worker": 0, "ops": 3, "busy_ms": 0.83, "sim_busy_ms": 0.8,
                        "large_op_ratio": 1.05,  # median of 330/300 and 400/400 (op1 is under 200 us)
-                       "span_ms": 0.96, "sim_span_ms": 0.8, "order_rank": 1.0, "other_ms": 0.06}
+                       "span_ms": 0.9, "sim_span_ms": 0.8,  # op2 ends at 900 us; RecvTensor's end is no op's
+                       "order_rank": 1.0, "other_ms": 0.06}
     assert rows[1]["ops"] == 3 and rows[1]["busy_ms"] == pytest.approx(0.9)
     assert rows[1]["large_op_ratio"] == pytest.approx(1.15)  # 300/250 and 550/500
-    assert rows[1]["span_ms"] == pytest.approx(1.36) and rows[1]["sim_span_ms"] == 0.75
+    assert rows[1]["span_ms"] == pytest.approx(1.35) and rows[1]["sim_span_ms"] == 0.75
     assert rows[1]["order_rank"] == pytest.approx(0.5)  # real ranks 1, 2, 3 against simulated 2, 1, 3
     assert rows[1]["other_ms"] == 0.0
     none = SimpleNamespace(busy_us=np.zeros(2), op_start=np.zeros(6), op_end=np.zeros(6))
