@@ -37,7 +37,7 @@ class ForcedLeaderRace(RacingAgent):
 
     def update(self, samples, rewards, iteration):
         metrics = super().update(samples, rewards, iteration)
-        if iteration == self._round_ends()[-1]:
+        if iteration == self.round_ends[-1]:
             self.race_end, self.picked = list(self.best), self.winner
             if self.forced is not None:
                 self.racers[self.winner].leading = False

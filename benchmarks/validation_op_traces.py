@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 
 from trinity.cluster import load_cluster
-from trinity.costs import op_times
 from trinity.errors import TrinityError, run_main
 from trinity.graph import load_graph
 from trinity.graph.ir import OpGraph
@@ -104,7 +103,7 @@ def main(argv=None) -> None:
     one_worker = np.median([m.median_us for (name, _), m in measured.items() if name == first])
     anchored, scale = anchored_to_rounds(graph, cluster, placements[first], float(one_worker))
     simulator = Simulator(anchored, cluster)
-    times = op_times(anchored, cluster)
+    times = simulator.times  # the anchored op times per device, as the simulator reads them
     rows = []
     for (name, repeat), m in measured.items():
         placement = placements[name]

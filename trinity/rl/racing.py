@@ -46,6 +46,8 @@ class RacingAgent(Agent):
         self.race_iterations = race_iterations
         #: (racers in, each one's turns) per round
         self.rounds = race_rounds(racers, race_iterations, rounds)
+        #: the loop iteration after which each round ends
+        self.round_ends = [int(end) - 1 for end in np.cumsum([n * turns for n, turns in self.rounds])]
         self.alive = list(range(racers))  #: the racers in the current round, in order
         self.best = [-np.inf] * racers  #: each racer's best reward so far
         self.winner: int | None = None  #: the racer running the rest of the budget, once the race is over
@@ -61,10 +63,6 @@ class RacingAgent(Agent):
                 return self.alive[(iteration - start) % n], before + (iteration - start) // n
             start, before = start + n * turns, before + turns
         return self.leader, before + iteration - start
-
-    def _round_ends(self) -> list[int]:
-        """The loop iteration after which each round ends."""
-        return list(np.cumsum([n * turns for n, turns in self.rounds]) - 1)
 
     @property
     def leader(self) -> int:
@@ -85,7 +83,7 @@ class RacingAgent(Agent):
         j, own = self.turn(iteration)
         self.best[j] = max(self.best[j], float(rewards.max()))
         metrics = self.racers[j].update(samples, rewards, own)
-        ends = self._round_ends()
+        ends = self.round_ends
         if self.winner is None and iteration >= ends[-1]:
             self.winner = self.leader
             self.alive = [self.winner]
