@@ -75,6 +75,19 @@ its own device readied. That is how a TensorFlow worker queues them: a
 ``_Recv`` completes on a gRPC thread, outside the pool, and a task queued
 from outside the pool goes to the back of its queue, while the pool's own
 thread queues at the front and takes from there. Calibrated workers set it.
+
+``send_on_request`` (default false: a tensor leaves when its producer ends)
+makes a tensor cross only once the sender has taken up the receiver's
+request for it, as TensorFlow's gRPC runtime does: the receiver's ``_Recv``
+issues a ``RecvTensor`` call, and the sender handles the call on its one
+inter-op thread, queued from outside the pool, so after all the work the
+worker readied itself. Each copy's request waits at the far end of the
+receiver's ready list until issued (in the order of the ops that read it),
+then at the far end of the sender's until taken up; neither takes time. A
+tensor done before its request is taken up is held until then (its CPU
+share, if any, is spent then). Traced steps show it (README, *Simulator vs
+real*: sends held until the sender ran out of work); no calibration sets it
+yet.
 """
 
 from __future__ import annotations
@@ -122,6 +135,7 @@ class Cluster:
     cpu_share_of: str = "transfer"  # what the CPU shares are of: the whole transfer, or its bytes (CPU_SHARE_OF)
     latency_overlaps: bool = False  # a link is held for a transfer's bytes only; its latency overlaps the next
     transfer_cpu_us: float = 0.0  # a tensor's transfer costs the processors' shares this much more than its bytes
+    send_on_request: bool = False  # a tensor crosses only once the sender has taken up the receiver's request
 
     @property
     def n_devices(self) -> int:
@@ -197,6 +211,7 @@ class Cluster:
             **({"cpu_share_of": self.cpu_share_of} if self.cpu_share_of != "transfer" else {}),
             **({"latency_overlaps": True} if self.latency_overlaps else {}),
             **({"transfer_cpu_us": self.transfer_cpu_us} if self.transfer_cpu_us else {}),
+            **({"send_on_request": True} if self.send_on_request else {}),
             "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
                          **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {}),
                          **({"node": d.node} if d.node else {})} for d in self.devices],
@@ -335,7 +350,8 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
                    control_transfers=_flag(doc, "control_transfers", source),
                    ready_order=_choice(doc, "ready_order", READY_ORDERS, source),
                    cpu_share_of=_choice(doc, "cpu_share_of", CPU_SHARE_OF, source),
-                   latency_overlaps=_flag(doc, "latency_overlaps", source), transfer_cpu_us=per_transfer)
+                   latency_overlaps=_flag(doc, "latency_overlaps", source), transfer_cpu_us=per_transfer,
+                   send_on_request=_flag(doc, "send_on_request", source))
 
 
 def _cpu_share(doc: Mapping, key: str, source: str) -> float:

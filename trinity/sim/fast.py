@@ -15,7 +15,9 @@ cost about what 4 do:
 
 Ready ops wait in per-device linked lists (FIFO, or a stack with the cluster's
 ``ready_order: lifo``, whose ops readied by an arriving tensor join its far end
-with ``lifo-arrivals-last``), outgoing transfers in FIFO ones.
+with ``lifo-arrivals-last``), outgoing transfers in FIFO ones. With
+``send_on_request`` each copy's request is an item of no time on those lists,
+at the far end of the receiver's, then of the sender's.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class Simulator:
             float(cluster.step_sync_us),
             int(cluster.link_streams), cluster.cpu_share_of == "bytes", cluster.ready_order != "fifo",
             cluster.ready_order == "lifo-arrivals-last", cluster.latency_overlaps, float(cluster.transfer_cpu_us),
+            cluster.send_on_request,
         )
         self._memory = cluster.memory.astype(np.float64)
 
@@ -188,11 +191,24 @@ def _ready_readers(x, x_copy, copy_next, out_dst, waiting, compute_flag, compute
         k = copy_next[k]
 
 
+@numba.njit(cache=True, inline="always")
+def _send(x, du, n, cpu_share, lifo, ready_head, ready_tail, ready_next, out_head, out_tail, x_next, compute_flag,
+          compute, send_flag, send):
+    """Transfer ``x`` leaves device ``du``: the sender's CPU serialises it first, in turn with ops (a CPU share),
+    or it joins the link's queue."""
+    if cpu_share > 0.0:
+        _make_ready(ready_head, ready_tail, ready_next, du, n + x, lifo)
+        _mark(compute_flag, compute, du)
+    else:
+        _append(out_head, out_tail, x_next, du, x)
+        _mark(send_flag, send, du)
+
+
 @numba.njit(cache=True, error_model="numpy", nogil=True)  # nogil: a batch simulates on several threads
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
               temporary, indegree, out_ptr, out_dst, out_tensor, by_tensor, in_ptr, in_src, in_tensor, in_position, bandwidth,
               latency, cpu_share, receive_share, corun, sync_us, streams, share_of_bytes, lifo, arrivals_last,
-              overlaps, per_transfer):
+              overlaps, per_transfer, on_request):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
@@ -210,6 +226,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     remote_refs = np.zeros(n_edges, np.int64)  # per copy
     seen_tensor = np.full(n_dev, -1, np.int64)  # last tensor with a copy on each device
     first_edge = np.empty(n_dev, np.int64)
+    copy_producer = np.empty(n_edges, np.int64)  # per copy
     last_edge = np.empty(n_dev, np.int64)
     for u in range(n):
         for i in range(out_ptr[u], out_ptr[u + 1]):
@@ -224,6 +241,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
             if seen_tensor[dv] != t:
                 seen_tensor[dv] = t
                 first_edge[dv] = k
+                copy_producer[k] = u
                 local_refs[t] += 1
             else:
                 copy_next[last_edge[dv]] = k
@@ -245,7 +263,14 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     x_cap = n_edges + 1
     ready_head = np.full(n_dev, -1, np.int64)
     ready_tail = np.full(n_dev, -1, np.int64)
-    ready_next = np.full(n + 2 * x_cap, -1, np.int64)
+    n_requests = n_edges if on_request else 0
+    ready_next = np.full(n + 2 * x_cap + n_requests, -1, np.int64)
+    # With `on_request`, copy k's request (item n + 2 x_cap + k) waits at the far end of the receiver's list
+    # until it is issued, then at the far end of the sender's until taken up (`asked`: 0, 1 issued, 2 taken
+    # up); a copy whose tensor is done before then is held (`held`: its transfer) until it is.
+    asked = np.zeros(n_requests, np.int64)
+    held = np.full(n_requests, -1, np.int64)
+    request = n + 2 * x_cap
     x_copy = np.empty(x_cap, np.int64)
     x_tensor = np.empty(x_cap, np.int64)
     x_src = np.empty(x_cap, np.int64)
@@ -292,6 +317,10 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     for v in range(n):
         if waiting[v] == 0:
             _make_ready(ready_head, ready_tail, ready_next, dev[v], v, lifo)
+    if on_request:  # every copy's request, in the order of the ops that read it
+        firsts = np.flatnonzero(copy_of == np.arange(n_edges))
+        for k in firsts[np.argsort(out_dst[firsts], kind="mergesort")]:
+            _append(ready_head, ready_tail, ready_next, dev[out_dst[k]], request + k)
 
     # Only devices whose state changed since the last dispatch can start something: those whose
     # processor (`compute`) or sender (`send`) is marked. `grown`: devices whose live bytes grew
@@ -315,7 +344,10 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 ready_head[d] = ready_next[v]
                 if ready_head[d] < 0:
                     ready_tail[d] = -1
-                if v >= n + x_cap:  # the receiver's CPU share of a transfer
+                if v >= request:  # a request issued (on the receiver) or taken up (on the sender): no time
+                    slot_item[d] = v
+                    left[d] = 0.0
+                elif v >= n + x_cap:  # the receiver's CPU share of a transfer
                     x = v - n - x_cap
                     ds = x_src[x]
                     slot_item[d] = v
@@ -440,6 +472,21 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
         if overlaps and n_dev <= best < n_slots:  # a stream is free; its transfer flies on
             _mark(send_flag, send, x_src[item])
             n_flight = heap_push(in_flight, n_flight, x_end, x_seq, item)
+        elif best < n_dev and item >= request:
+            _mark(compute_flag, compute, best)
+            k = item - request
+            if asked[k] == 0:  # issued: to the far end of the sender's list
+                asked[k] = 1
+                ds = dev[copy_producer[k]]
+                ready_next[item] = -1  # it leaves the receiver's list for the far end of the sender's
+                _append(ready_head, ready_tail, ready_next, ds, item)
+                _mark(compute_flag, compute, ds)
+            else:  # taken up: a tensor already done goes now
+                asked[k] = 2
+                x = held[k]
+                if x >= 0:
+                    _send(x, best, n, cpu_share, lifo, ready_head, ready_tail, ready_next, out_head, out_tail, x_next,
+                          compute_flag, compute, send_flag, send)
         elif best < n_dev and item >= n + x_cap:  # the receiver's share is done: the copy's readers may run
             _mark(compute_flag, compute, best)
             _ready_readers(item - n - x_cap, x_copy, copy_next, out_dst, waiting, compute_flag, compute,
@@ -487,7 +534,9 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     x_tensor[x] = t
                     x_src[x] = du
                     x_dst[x] = dv
-                    if cpu_share > 0.0:  # the sender's CPU serialises it first, in turn with ops
+                    if on_request and asked[k] < 2:
+                        held[k] = x
+                    elif cpu_share > 0.0:  # the sender's CPU serialises it first, in turn with ops
                         _make_ready(ready_head, ready_tail, ready_next, du, n + x, lifo)
                         _mark(compute_flag, compute, du)
                     else:

@@ -91,12 +91,34 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
             return nbytes / cluster.bandwidth[src, dst] + fixed
         return cluster.transfer_us(src, dst, nbytes) + fixed
 
+    def take_last(d, item):
+        """Put ``item`` on device ``d``'s ready list where it is taken after everything on it."""
+        (ready[d].appendleft if lifo else ready[d].append)(item)
+
+    def release(x):
+        """Transfer ``x`` leaves: with a CPU share the sender's processor serialises it first, in turn with ops."""
+        (ready if share > 0 else outbox)[x["src"]].append(x)
+
+    # With send_on_request each copy's request waits at the far end of the receiver's list until issued, then at
+    # the far end of the sender's until taken up; a tensor done before then is held until it is.
+    requests: dict[tuple[int, int, int], dict] = {}  # (producer, output, destination) -> its request
+    firsts = []  # (the op that reads it first, producer, out-edge position, copy) per request
+    if cluster.send_on_request:
+        for u in range(graph.n_ops):
+            for position, (v, k) in enumerate(out_edges[u]):
+                if dev[v] != dev[u] and (k != SIGNAL or cluster.control_transfers) and (u, k, dev[v]) not in requests:
+                    requests[(u, k, dev[v])] = {"copy": (u, k, dev[v]), "at": dev[v], "taken_up": False, "held": None}
+                    firsts.append((v, u, position, (u, k, dev[v])))
+
     def dispatch():
         nonlocal stretch
         for d in range(n_dev):
             if not computing[d] and ready[d]:
                 v = ready[d].pop() if lifo else ready[d].popleft()
                 computing[d] = True
+                if isinstance(v, dict) and "copy" in v:  # a request issued or taken up: no time
+                    run_on(d, 0.0, "request", v)
+                    continue
                 if isinstance(v, tuple):  # the receiver's CPU share of transfer v[1]
                     x = v[1]
                     run_on(d, receive_share * cpu_part(x["src"], d, x["bytes"]), "received", x)
@@ -132,10 +154,13 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
     for v in range(graph.n_ops):
         if waiting[v] == 0:
             ready[dev[v]].append(v)
+    for _, _, _, key in sorted(firsts):  # after the roots, in the order of the ops that read them
+        take_last(key[2], requests[key])
     dispatch()
     while events:
         t, _, ver, kind, payload = heapq.heappop(events)
-        d = dev[payload] if kind == "op" else payload["dst"] if kind == "received" else payload["src"]
+        d = (dev[payload] if kind == "op" else payload["dst"] if kind == "received" else payload["at"]
+             if kind == "request" else payload["src"])
         if kind not in ("transfer", "link_free") and ver != version[d]:
             continue  # a completion that moved
         if corun > 0:
@@ -160,8 +185,19 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
                     if key not in transfers:  # a tensor goes once to each consuming device
                         nbytes = 0 if k == SIGNAL else graph.ops[u].output_bytes[k]
                         transfers[key] = {"src": dev[u], "dst": dev[v], "bytes": nbytes, "producer": u, "output": k}
-                        # With a CPU share the sender's processor serialises it first, in turn with ops.
-                        (ready if share > 0 else outbox)[dev[u]].append(transfers[key])
+                        if key in requests and not requests[key]["taken_up"]:
+                            requests[key]["held"] = transfers[key]
+                        else:
+                            release(transfers[key])
+        elif kind == "request":
+            computing[d] = False
+            if payload["at"] == payload["copy"][2]:  # issued: to the far end of the sender's list
+                payload["at"] = dev[payload["copy"][0]]
+                take_last(payload["at"], payload)
+            else:  # taken up: a tensor already done goes now
+                payload["taken_up"] = True
+                if payload["held"] is not None:
+                    release(payload["held"])
         elif kind == "serialised":
             computing[payload["src"]] = False
             outbox[payload["src"]].append(payload)
