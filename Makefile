@@ -472,9 +472,9 @@ validation-what-if: $(STAMP)  ## the committed validation with each simulator te
 
 # Traced real steps of six committed InceptionV3 strategies on 2 local workers, each worker's ops beside the
 # simulator's schedule (the graph's GraphDef from the pipeline's export stage); needs a quiet machine
-validation-op-traces: params  ## where a split's real step goes: traced real steps per worker beside the simulator's (~3 min)
+validation-op-traces: params  ## where a split's real step goes: traced real steps per worker and their held sends beside the simulator's (~3 min)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc repro export@inception_v3
-	$(PY) benchmarks/validation_op_traces.py --csv reports/validation_op_traces.csv
+	$(PY) benchmarks/validation_op_traces.py --csv reports/validation_op_traces.csv --sends-csv reports/validation_send_delays.csv
 
 validation-fit-set: $(STAMP)  ## the transfer model fitted with half the held-out splits, judged on the rest (~3 min)
 	$(PY) benchmarks/validation_fit_set.py results/validate/inception_v3 --csv reports/validation_fit_set.csv

@@ -187,6 +187,11 @@ def test_single_and_round_robin_compute_the_same_losses(tiny, workers):
     assert {task for task, _ in ran} == {0, 1} and min(start for _, _, start, _ in split.op_trace) == 0.0
     assert all(dur >= 0 for *_, dur in split.op_trace)
     assert all(names[node] == task for task, node in ran if node in names)
+    # its crossings: between the workers, each from the worker its producer ran on, as many bytes as the trace counts
+    assert single.transfer_trace == [] and split.transfer_trace
+    assert all(src != dst and names.get(producer, src) == src and start <= end
+               for producer, _, src, dst, _, start, end in split.transfer_trace)
+    assert sum(nbytes for *_, nbytes, _, _ in split.transfer_trace) == split.crossed_bytes
     assert np.all(np.isfinite(single.loss)) and len(set(single.loss)) > 1  # it trains
     np.testing.assert_allclose(split.loss, single.loss, rtol=1e-5)
     assert len(single.step_us) == len(split.step_us) == 2 and min(single.step_us + split.step_us) > 0

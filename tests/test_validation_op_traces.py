@@ -1,4 +1,5 @@
-"""benchmarks/validation_op_traces.py and `op_records`: a traced step's ops per worker beside the simulator's, by hand."""
+"""benchmarks/validation_op_traces.py, `op_records` and `transfer_records`: a traced step's ops per worker and its
+held sends beside the simulator's, by hand."""
 
 import math
 from types import SimpleNamespace
@@ -10,7 +11,7 @@ from conftest import benchmark_script
 
 from trinity.errors import TrinityError
 from trinity.graph.synthetic import layered_dag
-from trinity.runtime.runner import op_records
+from trinity.runtime.runner import op_records, transfer_records
 from trinity.runtime.workers import task_device
 
 
@@ -45,16 +46,64 @@ def test_worker_figures_by_hand():
     assert rows[0] == {"worker": 0, "ops": 3, "busy_ms": 0.83, "sim_busy_ms": 0.8,
                        "large_op_ratio": 1.05,  # median of 330/300 and 400/400 (op1 is under 200 us)
                        "span_ms": 0.9, "sim_span_ms": 0.8,  # op2 ends at 900 us; RecvTensor's end is no op's
-                       "order_rank": 1.0, "other_ms": 0.06}
+                       "order_rank": 1.0, "other_ms": 0.06, "first_op_ms": 0.0}
     assert rows[1]["ops"] == 3 and rows[1]["busy_ms"] == pytest.approx(0.9)
     assert rows[1]["large_op_ratio"] == pytest.approx(1.15)  # 300/250 and 550/500
     assert rows[1]["span_ms"] == pytest.approx(1.35) and rows[1]["sim_span_ms"] == 0.75
     assert rows[1]["order_rank"] == pytest.approx(0.5)  # real ranks 1, 2, 3 against simulated 2, 1, 3
-    assert rows[1]["other_ms"] == 0.0
+    assert rows[1]["other_ms"] == 0.0 and rows[1]["first_op_ms"] == 0.45  # worker 1 starts 450 us late
     none = SimpleNamespace(busy_us=np.zeros(2), op_start=np.zeros(6), op_end=np.zeros(6))
     idle = traces.worker_figures([], graph, times, placement, none)
     assert idle[0]["ops"] == 0 and idle[0]["span_ms"] == 0.0 and idle[0]["sim_span_ms"] == 0.0
     assert math.isnan(idle[0]["large_op_ratio"]) and math.isnan(idle[0]["order_rank"])
+    assert math.isnan(idle[0]["first_op_ms"])
+
+
+def test_transfer_records_read_each_recvtensor_record_from_the_steps_first_op():
+    tf = pytest.importorskip("tensorflow")
+    md = tf.compat.v1.RunMetadata()
+    w0, w1, client = task_device(0), task_device(1), "/job:localhost/replica:0/task:0/device:CPU:0"
+    records = {w0: [("a", 1_000_000, 10, 40, "", 0)],  # the step's first op starts at 1,000,010 us
+               w1: [("RecvTensor", 1_000_100, 0, 50, f"[1000B] [0.1Gb/s] edge_12_scope/a:1 from {w0} to {w1}", 1000),
+                    ("RecvTensor", 1_000_200, 0, 5, f"[0B] [0.000000Mb/s] edge_13_b from {w0} to {w1}", 0),
+                    ("RecvTensor", 1_000_300, 0, 5, f"[0B] [0.000000Mb/s] edge_14_c from {client} to {w1}", 0),
+                    ("RecvTensor", 1_000_400, 0, 5, "no label of a transfer", 0)]}
+    for device, nodes in records.items():
+        dev = md.step_stats.dev_stats.add(device=device)
+        for name, start, op_start, op_end, label, nbytes in nodes:
+            ns = dev.node_stats.add(node_name=name, all_start_micros=start, op_start_rel_micros=op_start,
+                                    op_end_rel_micros=op_end, timeline_label=label)
+            if nbytes:
+                ns.output.add().tensor_description.allocation_description.requested_bytes = nbytes
+    # a's output 1 (1000 B) and b's empty tensor, both worker 0 -> 1; the client's record and the odd label left out
+    assert transfer_records(md, [w0, w1]) == [("scope/a", 1, 0, 1, 1000, 90.0, 140.0), ("b", 0, 0, 1, 0, 190.0, 195.0)]
+
+
+def test_send_figures_by_hand():
+    traces = benchmark_script("validation_op_traces")
+    graph = layered_dag(6, 8, seed=1)  # ops op0..op5: op0-op2 ran on worker 0, op3-op5 on worker 1
+    records = [(0, "op0", 0.0, 330.0), (0, "op1", 330.0, 100.0), (0, "op2", 500.0, 400.0),
+               (1, "op3", 450.0, 300.0), (1, "op4", 750.0, 550.0), (1, "op5", 1300.0, 50.0)]
+    transfers = [("op0", 0, 0, 1, 100, 335.0, 400.0),  # 5 us after op0 ended
+                 ("op1", 0, 0, 1, 100, 1500.0, 1600.0),  # 1070 us after op1 ended, worker 0 idle since 900
+                 ("op3", 0, 1, 0, 100, 1320.0, 1400.0),  # 570 us after op3 ended, worker 1 running op5
+                 ("op4", 0, 1, 0, 50, 1340.0, 1345.0),  # 40 us
+                 ("op2", 0, 0, 1, 0, 950.0, 960.0),  # an empty tensor: left out
+                 ("Momentum", 0, 1, 0, 8, 2000.0, 2001.0)]  # no graph op: left out
+
+    def step(rows):
+        return SimpleNamespace(op_end=np.array([300.0, 400, 800, 750, 500, 650]), transfers=np.array(rows, float))
+
+    sims = {"a": step([[0, 0, 0, 1, 100, 300, 0], [1, 0, 0, 1, 100, 1000, 0], [3, 0, 1, 0, 100, 750, 0],
+                       [4, 0, 1, 0, 50, 500, 0]]),  # holds op1's 600 us
+            "b": step([[0, 0, 0, 1, 100, 2300, 0], [1, 0, 0, 1, 100, 400, 0], [3, 0, 1, 0, 100, 750, 0],
+                       [2, 0, 0, 1, 0, 900, 0]])}  # holds op0's 2000 us, never sends op4's: left out of every count
+    row = traces.send_figures(transfers, records, graph, sims, startup_us=400.0, held_us=500.0)
+    assert row == {"sends": 3,
+                   "real_held": 2, "real_held_ms": pytest.approx(1.64), "real_held_late": 2,  # op1 and op3 end >= 400
+                   "a_held": 1, "a_held_ms": pytest.approx(0.6), "a_held_late": 1,
+                   "b_held": 1, "b_held_ms": pytest.approx(2.0), "b_held_late": 0,  # op0 ended at 330 (real)
+                   "real_held_sender_idle": 0.5}
 
 
 def test_a_part_without_its_calibrated_graph_is_refused_naming_it():

@@ -34,6 +34,7 @@ cores, but nothing stops other jobs from using them).
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -74,6 +75,9 @@ class Measurement:
     load: list[float] = field(default_factory=list)  # the machine's 1-minute load before and after each run
     # the last traced step's ops (task, node, start from the step's first op, duration), with `measure`'s keep_ops
     op_trace: list[tuple[int, str, float, float]] = field(default_factory=list)
+    # and its tensors that crossed (`transfer_records`: producer, output, source task, destination task, bytes,
+    # start, end)
+    transfer_trace: list[tuple[str, int, int, int, int, float, float]] = field(default_factory=list)
 
     @property
     def median_us(self) -> float:
@@ -193,15 +197,45 @@ def _trace_figures(run_metadata, graph: OpGraph, asked: dict[str, str], devices:
     return crossed, transfers, peak, overridden
 
 
-def op_records(run_metadata, devices: list[str]) -> list[tuple[int, str, float, float]]:
-    """(task, node name, start us after the step's first op, the op's own duration us) of every node a traced
-    step ran on ``devices`` (their index is the task), in trace order."""
+def _worker_stats(run_metadata, devices: list[str]):
+    """(task, node stats) of every node a traced step ran on ``devices`` (their index is the task), in trace
+    order, and the step's first op's start (us)."""
     task = {d: i for i, d in enumerate(devices)}
     stats = [(task[dev.device], ns) for dev in run_metadata.step_stats.dev_stats if dev.device in task
              for ns in dev.node_stats]
-    first = min((ns.all_start_micros + ns.op_start_rel_micros for _, ns in stats), default=0)
+    return stats, min((ns.all_start_micros + ns.op_start_rel_micros for _, ns in stats), default=0)
+
+
+def op_records(run_metadata, devices: list[str]) -> list[tuple[int, str, float, float]]:
+    """(task, node name, start us after the step's first op, the op's own duration us) of every node a traced
+    step ran on ``devices`` (their index is the task), in trace order."""
+    stats, first = _worker_stats(run_metadata, devices)
     return [(t, ns.node_name, float(ns.all_start_micros + ns.op_start_rel_micros - first),
              float(ns.op_end_rel_micros - ns.op_start_rel_micros)) for t, ns in stats]
+
+
+#: a RecvTensor record's label: "[bytes] [rate] edge_<id>_<tensor> from <device> to <device>"
+_RECV_LABEL = re.compile(r"\[[^]]*\] \[[^]]*\] edge_\d+_(\S+) from (\S+) to (\S+)$")
+
+
+def transfer_records(run_metadata, devices: list[str]) -> list[tuple[str, int, int, int, int, float, float]]:
+    """(producer, output, source task, destination task, bytes, start, end) of every tensor a traced step moved
+    between ``devices``, times in us after the step's first op (as `op_records`). A ``RecvTensor`` record starts
+    when the sender began to send the tensor (the later of the call's start and the response's send start) and
+    ends when it arrived; an empty tensor (a control edge's) has output 0 and 0 bytes."""
+    task = {d: i for i, d in enumerate(devices)}
+    stats, first = _worker_stats(run_metadata, devices)
+    records = []
+    for _, ns in stats:
+        match = _RECV_LABEL.match(ns.timeline_label) if ns.node_name == "RecvTensor" else None
+        if match is None or match[2] not in task or match[3] not in task:
+            continue
+        producer, _, output = match[1].partition(":")
+        start = float(ns.all_start_micros + ns.op_start_rel_micros - first)
+        records.append((producer, int(output or 0), task[match[2]], task[match[3]],
+                        sum(int(o.tensor_description.allocation_description.requested_bytes) for o in ns.output),
+                        start, start + float(ns.op_end_rel_micros - ns.op_start_rel_micros)))
+    return records
 
 
 class Runner:
@@ -294,7 +328,7 @@ class Runner:
     def measure(self, placement, name: str = "strategy", *, steps: int = 5, warmup: int = 2, trace: bool = True,
                 into: Measurement | None = None, keep_ops: bool = False) -> Measurement:
         """Run ``warmup`` + ``steps`` steps (+ one traced) of ``placement``; add them to ``into`` (with
-        ``keep_ops``, the traced step's ops too: `Measurement.op_trace`)."""
+        ``keep_ops``, the traced step's ops and transfers too: `Measurement.op_trace` and ``transfer_trace``)."""
         import tensorflow as tf
 
         placement = self.check(placement, name)
@@ -327,6 +361,7 @@ class Runner:
                 m.keep_trace(*_trace_figures(md, self.graph, asked, self.workers.devices))
                 if keep_ops:
                     m.op_trace = op_records(md, self.workers.devices)
+                    m.transfer_trace = transfer_records(md, self.workers.devices)
         m.load.append(machine_load())
         return m
 
