@@ -13,12 +13,11 @@ the order would pick, judged on the held-out split strategies.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import pandas as pd
 
 from trinity.errors import run_main
-from trinity.runtime.resimulate import FIT_RULES, refit
+from trinity.runtime.resimulate import FIT_RULES, refit_choices
 
 READY_ORDERS = ("lifo-arrivals-last", "lifo", "fifo")  #: the first is today's (`conf/validation`)
 
@@ -30,16 +29,9 @@ def main(argv=None) -> None:
     p.add_argument("--csv", default="reports/validation_ready_order.csv")
     args = p.parse_args(argv)
     today = FIT_RULES[-1]
-    rules = [today._replace(label=order, ready_order=order) for order in READY_ORDERS]
-    tables = []
-    for folder in args.folders:
-        fits, figures = refit(folder, "calibration", rules)
-        fits["chosen"] = fits["fit_error"] == fits.groupby("run")["fit_error"].transform("min")
-        tables.append(figures.merge(fits, on=["run", "rule"]).rename(columns={"rule": "ready_order"})
-                      .assign(model=Path(folder).name))
-    table = pd.concat(tables, ignore_index=True)
+    table = refit_choices(args.folders, [today._replace(label=order, ready_order=order) for order in READY_ORDERS],
+                          "ready_order")
     first = ["model", "run", "batch", "ready_order", "chosen", "fit_error"]
-    table = table[first + [c for c in table.columns if c not in first]]
     table.to_csv(args.csv, index=False)
     pd.set_option("display.width", 200)
     print(table[first + ["step_error_median", "rank_correlation"]].to_string(index=False, float_format="{:.3f}".format))

@@ -263,6 +263,22 @@ def refit(folder, measured_from: str = "calibration", rules=FIT_RULES) -> tuple[
     return pd.DataFrame(list(fits.values())), pd.DataFrame(rows)
 
 
+def refit_choices(folders, rules, column: str = "rule") -> pd.DataFrame:
+    """Every run of each validation folder fitted again under each of ``rules`` (to the calibration's own
+    measurements of the fit placers: nothing held out is read), the held-out figures per batch on each fit, and
+    the rule with the smallest fit error per run marked ``chosen``: what a calibration that also chose among
+    ``rules`` would pick. The rules' labels go in ``column``."""
+    tables = []
+    for folder in folders:
+        fits, figures = refit(folder, "calibration", rules)
+        fits["chosen"] = fits["fit_error"] == fits.groupby("run")["fit_error"].transform("min")
+        tables.append(figures.merge(fits, on=["run", "rule"]).rename(columns={"rule": column})
+                      .assign(model=Path(folder).name))
+    table = pd.concat(tables, ignore_index=True)
+    first = ["model", "run", "batch", column, "chosen", "fit_error"]
+    return table[first + [c for c in table.columns if c not in first]]
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m trinity.runtime.resimulate", description=__doc__.split("\n\n")[0])
     p.add_argument("folders", nargs="+", help="validation folders (results/validate/<model>)")
