@@ -11,10 +11,11 @@ the step's first op to the end of the worker's last graph op against the simulat
 is to the simulator's (rank correlation of start times), and when its first graph op started (the workers do not
 start a step together). A second table (``--sends-csv``) has one row per strategy and repeat: the tensors with
 bytes that crossed, and how many of them were held (their send started more than 1 ms after their producer ended)
-and for how long, in the real step, in the simulator's and in the simulator's with ``send_on_request`` (the
-sender takes the receiver's request up after its own work, `trinity.cluster`); those held past the step's
-start-up (``--startup-ms``) apart, and the share of the real held sends that started while their sender ran no
-graph op. Nothing is fitted. Needs a quiet machine (2 cores, the workers) and the validation's exported GraphDef
+and for how long, in the real step, in the simulator's (``sim``), in the simulator's with ``send_on_request``
+(``request``: the sender takes the receiver's request up after its own work, `trinity.cluster`) and with it and
+``sends_last`` (``both``: the sender serialises a tensor after all the work it has ready); those held past the
+step's start-up (``--startup-ms``) apart, and the share of the real held sends that started while their sender
+ran no graph op. Nothing is fitted. Needs a quiet machine (2 cores, the workers) and the validation's exported GraphDef
 (`dvc repro export@inception_v3`).
 
     make validation-op-traces   # -> reports/validation_op_traces.csv, reports/validation_send_delays.csv (3 min)
@@ -151,12 +152,14 @@ def main(argv=None) -> None:
     one_worker = np.median([m.median_us for (name, _), m in measured.items() if name == first])
     anchored, scale = anchored_to_rounds(graph, cluster, placements[first], float(one_worker))
     simulator = Simulator(anchored, cluster)
-    on_request = simulator.on(replace(cluster, send_on_request=True))
+    held = {"request": simulator.on(replace(cluster, send_on_request=True)),
+            "both": simulator.on(replace(cluster, send_on_request=True, sends_last=True))}
     times = simulator.times  # the anchored op times per device, as the simulator reads them
     rows, send_rows = [], []
     for (name, repeat), m in measured.items():
         placement = placements[name]
-        sims = {"sim": simulator.simulate(placement, trace=True), "request": on_request.simulate(placement, trace=True)}
+        sims = {"sim": simulator.simulate(placement, trace=True),
+                **{name: other.simulate(placement, trace=True) for name, other in held.items()}}
         sim = sims["sim"]
         device_times = times[np.arange(graph.n_ops), placement]
         steps = {"strategy": name, "repeat": repeat, "step_min_ms": min(m.step_us) / 1e3,
@@ -164,7 +167,7 @@ def main(argv=None) -> None:
                  "sim_step_ms": sim.step_time_us / 1e3}
         for figures in worker_figures(m.op_trace, graph, device_times, placement, sim):
             rows.append({**steps, "anchor_scale": scale, **figures})
-        send_rows.append({**steps, "request_step_ms": sims["request"].step_time_us / 1e3,
+        send_rows.append({**steps, **{f"{name}_step_ms": sims[name].step_time_us / 1e3 for name in held},
                           **send_figures(m.transfer_trace, m.op_trace, graph, sims, args.startup_ms * 1e3)})
     pd.set_option("display.width", 250)
     for table, path in ((pd.DataFrame(rows), args.csv), (pd.DataFrame(send_rows), args.sends_csv)):

@@ -46,6 +46,10 @@ VARIANTS = {
     "ready_order lifo": {"ready_order": "lifo"},  # a received tensor's readers on top, as before lifo-arrivals-last
     "control_transfers off": {"control_transfers": False},
     "latency_overlaps": {"latency_overlaps": True},  # a link held for the bytes alone, latencies in flight at once
+    # a worker holds the tensors it sends (traced steps: reports/validation_send_delays.csv; benchmarks/validation_sends.py)
+    "send_on_request": {"send_on_request": True},  # until it takes up the receiver's request, after its own work
+    "sends_last": {"sends_last": True},  # serialised after all the work the sender has ready
+    "send_on_request + sends_last": {"send_on_request": True, "sends_last": True},
 }
 
 

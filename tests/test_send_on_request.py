@@ -1,6 +1,7 @@
-"""The cluster term ``send_on_request``: a tensor crosses only once the sender has taken up the receiver's request,
-the request issued from the far end of the receiver's ready list and taken up from the far end of the sender's
-(TensorFlow's `RecvTensor` call, handled on the worker's one inter-op thread after its own work). Exact on
+"""The cluster terms ``send_on_request`` (a tensor crosses only once the sender has taken up the receiver's request,
+the request issued from the far end of the receiver's ready list and taken up from the far end of the sender's:
+TensorFlow's `RecvTensor` call, handled on the worker's one inter-op thread after its own work) and
+``sends_last`` (a sender's CPU share of a tensor with bytes joins the far end of its ready list). Exact on
 hand-built graphs, held to the reference simulator, off by default."""
 
 import numpy as np
@@ -71,6 +72,26 @@ def test_send_on_request_with_a_cpu_share_and_control_edges():
         assert [tuple(t) for t in res.transfers] == [(0, 0, 0, 1, 1000, 30.0, 33.0), (0, -1, 0, 1, 0, 30.5, 35.0)]
 
 
+def test_sends_last_serialises_a_tensor_after_the_work_the_sender_has_ready():
+    # a send share of 0.5 of the bytes: off, a's share (readied after d, on top) goes first, 10 -> 10.5, on the
+    # wire 2 + 0.5 us (arrives 13), d 10.5 -> 30.5; on, d first (10 -> 30), then the share (30 -> 30.5): arrives 33
+    for last, starts, x in ((False, [0.0, 10.5, 13.0], [10.0, 13.0]), (True, [0.0, 10.0, 33.0], [30.0, 33.0])):
+        cluster = ordered("lifo-arrivals-last", sends_last=last, send_cpu_share=0.5, cpu_share_of="bytes")
+        for res in both(HOARDED, cluster, [0, 0, 1]):
+            assert list(res.op_start) == starts and res.step_time_us == max(starts[1] + 20.0, starts[2] + 1.0)
+            assert [list(t) for t in res.transfers] == [[0, 0, 0, 1, 1000, *x]]
+    # an empty tensor's share (no time) goes on top as before: b's signal leaves at 10, arrives at 12
+    graph = OpGraph([*HOARDED.ops, Op("b", "B", 1.0)], [*HOARDED.edges, Edge("a", "b", None)])
+    cluster = ordered("lifo-arrivals-last", sends_last=True, control_transfers=True, send_cpu_share=0.5,
+                      cpu_share_of="bytes")
+    for res in both(graph, cluster, [0, 0, 1, 1]):
+        assert list(res.op_start) == [0.0, 10.0, 33.0, 12.0] and res.step_time_us == 34.0
+        assert [tuple(t) for t in res.transfers] == [(0, -1, 0, 1, 0, 10.0, 12.0), (0, 0, 0, 1, 1000, 30.0, 33.0)]
+    # without a send share nothing waits on the sender's processor: the term changes nothing
+    for res in both(HOARDED, ordered("lifo-arrivals-last", sends_last=True), [0, 0, 1]):
+        assert list(res.op_start) == [0.0, 10.0, 13.0] and res.step_time_us == 30.0
+
+
 def test_send_on_request_round_trip_default_and_refusal():
     cluster = ordered("lifo", send_on_request=True)
     assert cluster.send_on_request and cluster_from_dict(cluster.to_dict()).send_on_request
@@ -78,6 +99,11 @@ def test_send_on_request_round_trip_default_and_refusal():
     assert not make_cluster(2).send_on_request and "send_on_request" not in make_cluster(2).to_dict()
     with pytest.raises(ClusterError, match="send_on_request"):
         ordered("lifo", send_on_request="yes")
+    last = ordered("lifo", sends_last=True)
+    assert last.sends_last and cluster_from_dict(last.to_dict()).sends_last and not last.send_on_request
+    assert not make_cluster(2).sends_last and "sends_last" not in make_cluster(2).to_dict()
+    with pytest.raises(ClusterError, match="sends_last"):
+        ordered("lifo", sends_last=1)
     # on one device nothing crosses: the term changes nothing
     graph = layered_dag(6, 20, seed=1, colocated_fraction=0.0)
     one = [Simulator(graph, cluster_from_dict({**make_cluster(1, memory_GB=100.0).to_dict(), "send_on_request": on}))
@@ -86,7 +112,7 @@ def test_send_on_request_round_trip_default_and_refusal():
 
 
 @pytest.mark.parametrize("seed", range(24))
-def test_fast_equals_reference_with_send_on_request(seed):
+def test_fast_equals_reference_with_send_on_request_and_sends_last(seed):
     rng = np.random.default_rng(300 + seed)
     graph = layered_dag(int(rng.integers(5, 80)), int(rng.integers(8, 140)), seed=seed,
                         colocated_fraction=0.0, control_fraction=float(rng.uniform(0.0, 0.4)))
@@ -95,7 +121,8 @@ def test_fast_equals_reference_with_send_on_request(seed):
              {"latency_overlaps": True, "send_cpu_share": 0.5})[seed % 5]
     order = ("fifo", "lifo", "lifo-arrivals-last")[seed % 3]
     cluster = cluster_from_dict({**make_cluster(1 + seed % 4, memory_GB=100.0).to_dict(), **terms,
-                                 "ready_order": order, "send_on_request": True})
+                                 "ready_order": order, "send_on_request": seed % 6 != 5,
+                                 "sends_last": seed % 2 == 1})
     fast, ref = both(graph, cluster, rng.integers(0, cluster.n_devices, graph.n_ops))
     assert fast.step_time_us == ref.step_time_us
     np.testing.assert_array_equal(fast.op_end, ref.op_end)

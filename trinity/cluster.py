@@ -85,9 +85,17 @@ worker readied itself. Each copy's request waits at the far end of the
 receiver's ready list until issued (in the order of the ops that read it),
 then at the far end of the sender's until taken up; neither takes time. A
 tensor done before its request is taken up is held until then (its CPU
-share, if any, is spent then). Traced steps show it (README, *Simulator vs
-real*: sends held until the sender ran out of work); no calibration sets it
-yet.
+share, if any, is spent then).
+
+``sends_last`` (default false: a sender's CPU share of a transfer joins its
+ready list where its ready order puts newly readied work) puts the sender's
+CPU share of a tensor with bytes at the far end of its ready list: the
+worker serialises it after all the work it has ready (an empty tensor's
+share, which takes no time, goes as before, and so does a tensor held for
+its request, serialised when the request is taken up; without a send CPU
+share the term changes nothing). Traced steps show both (README, *Simulator vs real*:
+a worker held most tensors it sent until it ran no op of its own); no
+calibration sets either yet.
 """
 
 from __future__ import annotations
@@ -136,6 +144,7 @@ class Cluster:
     latency_overlaps: bool = False  # a link is held for a transfer's bytes only; its latency overlaps the next
     transfer_cpu_us: float = 0.0  # a tensor's transfer costs the processors' shares this much more than its bytes
     send_on_request: bool = False  # a tensor crosses only once the sender has taken up the receiver's request
+    sends_last: bool = False  # a sender serialises a tensor with bytes after all the work it has ready
 
     @property
     def n_devices(self) -> int:
@@ -212,6 +221,7 @@ class Cluster:
             **({"latency_overlaps": True} if self.latency_overlaps else {}),
             **({"transfer_cpu_us": self.transfer_cpu_us} if self.transfer_cpu_us else {}),
             **({"send_on_request": True} if self.send_on_request else {}),
+            **({"sends_last": True} if self.sends_last else {}),
             "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
                          **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {}),
                          **({"node": d.node} if d.node else {})} for d in self.devices],
@@ -351,7 +361,7 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
                    ready_order=_choice(doc, "ready_order", READY_ORDERS, source),
                    cpu_share_of=_choice(doc, "cpu_share_of", CPU_SHARE_OF, source),
                    latency_overlaps=_flag(doc, "latency_overlaps", source), transfer_cpu_us=per_transfer,
-                   send_on_request=_flag(doc, "send_on_request", source))
+                   send_on_request=_flag(doc, "send_on_request", source), sends_last=_flag(doc, "sends_last", source))
 
 
 def _cpu_share(doc: Mapping, key: str, source: str) -> float:

@@ -60,6 +60,7 @@ class FitRule(NamedTuple):
     cpu_share_of: str = "transfer"  # the shares' part of a transfer: all its time, or its bytes' (`trinity.cluster`)
     send_shares: tuple[float, ...] = SEND_SHARES  # the sender's CPU shares tried
     send_on_request: bool = False  # a tensor crosses once the sender has taken up its request (`trinity.cluster`)
+    sends_last: bool = False  # a sender serialises a tensor after all the work it has ready (`trinity.cluster`)
 
 
 #: Oldest first; the last is today's calibration (`trinity.runtime.calibrate`), each adds one change.
@@ -206,7 +207,8 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration",
     measured_corun = round(shared["corun_slowdown"], 4) if "corun_slowdown" in shared else cluster.corun_slowdown
     base = replace(cluster, latency=latency, send_cpu_share=0.0, receive_cpu_share=0.0, link_streams=1,
                    corun_slowdown=measured_corun, control_transfers=rule.control_transfers,
-                   ready_order=rule.ready_order, cpu_share_of=rule.cpu_share_of, send_on_request=rule.send_on_request)
+                   ready_order=rule.ready_order, cpu_share_of=rule.cpu_share_of, send_on_request=rule.send_on_request,
+                   sends_last=rule.sends_last)
     graph = load_graph(calibration / "graph.json.gz")
     if measured_from == "calibration":
         measured = report["transfer_fit"]["measured_step_us"]

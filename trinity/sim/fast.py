@@ -17,7 +17,8 @@ Ready ops wait in per-device linked lists (FIFO, or a stack with the cluster's
 ``ready_order: lifo``, whose ops readied by an arriving tensor join its far end
 with ``lifo-arrivals-last``), outgoing transfers in FIFO ones. With
 ``send_on_request`` each copy's request is an item of no time on those lists,
-at the far end of the receiver's, then of the sender's.
+at the far end of the receiver's, then of the sender's; with ``sends_last`` a
+tensor's send share joins the far end of the sender's.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class Simulator:
             float(cluster.step_sync_us),
             int(cluster.link_streams), cluster.cpu_share_of == "bytes", cluster.ready_order != "fifo",
             cluster.ready_order == "lifo-arrivals-last", cluster.latency_overlaps, float(cluster.transfer_cpu_us),
-            cluster.send_on_request,
+            cluster.send_on_request, cluster.sends_last,
         )
         self._memory = cluster.memory.astype(np.float64)
 
@@ -208,7 +209,7 @@ def _send(x, du, n, cpu_share, lifo, ready_head, ready_tail, ready_next, out_hea
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
               temporary, indegree, out_ptr, out_dst, out_tensor, by_tensor, in_ptr, in_src, in_tensor, in_position, bandwidth,
               latency, cpu_share, receive_share, corun, sync_us, streams, share_of_bytes, lifo, arrivals_last,
-              overlaps, per_transfer, on_request):
+              overlaps, per_transfer, on_request, sends_last):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
@@ -484,7 +485,7 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
             else:  # taken up: a tensor already done goes now
                 asked[k] = 2
                 x = held[k]
-                if x >= 0:
+                if x >= 0:  # the request's handling serialises it at once (the next item)
                     _send(x, best, n, cpu_share, lifo, ready_head, ready_tail, ready_next, out_head, out_tail, x_next,
                           compute_flag, compute, send_flag, send)
         elif best < n_dev and item >= n + x_cap:  # the receiver's share is done: the copy's readers may run
@@ -537,7 +538,10 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                     if on_request and asked[k] < 2:
                         held[k] = x
                     elif cpu_share > 0.0:  # the sender's CPU serialises it first, in turn with ops
-                        _make_ready(ready_head, ready_tail, ready_next, du, n + x, lifo)
+                        if sends_last and tensor_bytes[t] > 0.0:  # after all the work it has ready
+                            _append(ready_head, ready_tail, ready_next, du, n + x)
+                        else:
+                            _make_ready(ready_head, ready_tail, ready_next, du, n + x, lifo)
                         _mark(compute_flag, compute, du)
                     else:
                         _append(out_head, out_tail, x_next, du, x)

@@ -187,6 +187,8 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
                         transfers[key] = {"src": dev[u], "dst": dev[v], "bytes": nbytes, "producer": u, "output": k}
                         if key in requests and not requests[key]["taken_up"]:
                             requests[key]["held"] = transfers[key]
+                        elif share > 0 and cluster.sends_last and nbytes > 0:  # after all the work it has ready
+                            take_last(dev[u], transfers[key])
                         else:
                             release(transfers[key])
         elif kind == "request":
@@ -194,7 +196,7 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
             if payload["at"] == payload["copy"][2]:  # issued: to the far end of the sender's list
                 payload["at"] = dev[payload["copy"][0]]
                 take_last(payload["at"], payload)
-            else:  # taken up: a tensor already done goes now
+            else:  # taken up: a tensor already done goes now (its handling serialises it next)
                 payload["taken_up"] = True
                 if payload["held"] is not None:
                     release(payload["held"])

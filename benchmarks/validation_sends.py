@@ -1,0 +1,49 @@
+"""Would a calibration whose workers hold the tensors they send order the held-out splits better? Today's fit rule
+with and without the two terms.
+
+Traced steps (`make validation-op-traces`, `reports/validation_send_delays.csv`) show a worker holding most
+tensors it has produced until it runs no op of its own: at a step's start-up until it has taken up the other
+worker's request for them (`send_on_request` in `trinity.cluster`: TensorFlow's gRPC runtime takes a `RecvTensor`
+call up on the worker's one inter-op thread after the work the worker readied itself), and throughout the step
+(`sends_last`: the sender serialises a tensor with bytes after all the work it has ready). Here every run of the
+committed validation is fitted again under today's rule (`trinity.runtime.resimulate.FIT_RULES`, last) with
+neither, each and both, to the fit placers' step times as the calibration measured them (nothing held out is read
+by a fit); every part is simulated on each fit and judged as the validation judges (held-out split strategies:
+median |error|, rank correlation). `chosen` marks the smallest fit error per run: what a calibration that fitted
+the terms would pick.
+
+    make validation-sends   # -> reports/validation_sends.csv (about 5 min)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+from trinity.errors import run_main
+from trinity.runtime.resimulate import FIT_RULES, parts, refit_choices
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folders", nargs="*", default=["results/validate/inception_v3", "results/validate/nmt_2layer_s12"],
+                   help="validation folders (results/validate/<model>)")
+    p.add_argument("--csv", default="reports/validation_sends.csv")
+    args = p.parse_args(argv)
+    for folder in args.folders:
+        parts(folder)  # a folder that is no validation is refused before any work starts
+    today = FIT_RULES[-1]
+    rules = [today._replace(label="today"), today._replace(label="send_on_request", send_on_request=True),
+             today._replace(label="sends_last", sends_last=True),
+             today._replace(label="both", send_on_request=True, sends_last=True)]
+    table = refit_choices(args.folders, rules, "semantics")
+    table.to_csv(args.csv, index=False)
+    pd.set_option("display.width", 200)
+    shown = ["model", "run", "batch", "semantics", "chosen", "fit_error", "step_error_median", "rank_correlation"]
+    print(table[shown].to_string(index=False, float_format="{:.3f}".format))
+    print(f"-> {args.csv}")
+
+
+if __name__ == "__main__":
+    run_main(main)
