@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces validation-fit-set validation-ready-order validation-sends validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -469,6 +469,14 @@ validation-ready-order: $(STAMP)  ## the committed validation refitted under eac
 
 validation-sends: $(STAMP)  ## the committed validation refitted with and without the workers' held sends (~5 min)
 	$(PY) benchmarks/validation_sends.py
+
+FRESH := runs/validation_fresh
+validation-sends-fresh: $(STAMP)  ## a fresh InceptionV3 validation (one calibration, outside DVC), refitted with and without held sends (~40 min, quiet machine)
+	rm -rf $(FRESH) && mkdir -p $(FRESH)/reports $(FRESH)/runs && ln -s $(CURDIR)/results/search $(FRESH)/search
+	$(PY) pipeline/validate.py -cd . -cn params hydra.run.dir=$(FRESH)/hydra hydra.output_subdir=null \
+		hydra/job_logging=stdout job.model=inception_v3 paths.results=$(FRESH) paths.reports=$(FRESH)/reports \
+		paths.runs=$(FRESH)/runs mlflow.uri=sqlite:///$(CURDIR)/$(FRESH)/mlflow.db validation.runs=1
+	$(PY) benchmarks/validation_sends.py $(FRESH)/validate/inception_v3 --csv reports/validation_sends_fresh.csv
 
 validation-what-if: $(STAMP)  ## the committed validation with each simulator term of the calibrated cluster set otherwise
 	$(PY) benchmarks/validation_what_if.py

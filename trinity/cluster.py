@@ -93,9 +93,9 @@ CPU share of a tensor with bytes at the far end of its ready list: the
 worker serialises it after all the work it has ready (an empty tensor's
 share, which takes no time, goes as before, and so does a tensor held for
 its request, serialised when the request is taken up; without a send CPU
-share the term changes nothing). Traced steps show both (README, *Simulator vs real*:
-a worker held most tensors it sent until it ran no op of its own); no
-calibration sets either yet.
+share the term changes nothing). Traced steps show both (README,
+*Simulator vs real*: a worker held most tensors it sent until it ran no
+op of its own); no calibration sets either yet.
 """
 
 from __future__ import annotations
