@@ -471,13 +471,16 @@ validation-sends: $(STAMP)  ## the committed validation refitted with and withou
 	$(PY) benchmarks/validation_sends.py
 
 FRESH := runs/validation_fresh
-validation-sends-fresh: $(STAMP)  ## a fresh InceptionV3 validation (one calibration, outside DVC), refitted and what-if with and without held sends (~37 min, quiet machine)
+validation-sends-fresh: $(STAMP)  ## a fresh InceptionV3 validation (one calibration, outside DVC), refitted and what-if with and without held sends (~41 min, quiet machine)
 	rm -rf $(FRESH) && mkdir -p $(FRESH)/reports $(FRESH)/runs && ln -s $(CURDIR)/results/search $(FRESH)/search
 	$(PY) pipeline/validate.py -cd . -cn params hydra.run.dir=$(FRESH)/hydra hydra.output_subdir=null \
 		hydra/job_logging=stdout job.model=inception_v3 paths.results=$(FRESH) paths.reports=$(FRESH)/reports \
 		paths.runs=$(FRESH)/runs mlflow.uri=sqlite:///$(CURDIR)/$(FRESH)/mlflow.db validation.runs=1
 	$(PY) benchmarks/validation_sends.py $(FRESH)/validate/inception_v3 --csv reports/validation_sends_fresh.csv
 	$(PY) benchmarks/validation_what_if.py $(FRESH)/validate/inception_v3 --csv reports/validation_what_if_fresh.csv
+	$(PY) benchmarks/validation_fit_set.py results/validate/inception_v3 $(FRESH)/validate/inception_v3 --held-sends \
+		--csv reports/validation_fit_set_held_sends.csv
+	$(PY) benchmarks/validation_fit_set.py $(FRESH)/validate/inception_v3 --csv reports/validation_fit_set_fresh.csv
 
 validation-what-if: $(STAMP)  ## the committed validation with each simulator term of the calibrated cluster set otherwise
 	$(PY) benchmarks/validation_what_if.py

@@ -9,7 +9,8 @@ time, are dealt into two folds. The transfer model is fitted (today's rule, `FIT
 validation's own measurements) to the fit placers' rows alone, and to those plus one fold's splits. Both are
 judged on the other fold, at the run's own batch and at its smaller one (which keeps its run's fit).
 A diagnosis: the splits fitted are the validation's, so this says what a calibration that times such
-strategies itself would gain, not what today's gets.
+strategies itself would gain, not what today's gets. ``--held-sends`` fits under today's rule with the workers'
+held sends (`send_on_request` and `sends_last`, `trinity.cluster`), which the five placers alone do not pin.
 
     make validation-fit-set   # -> reports/validation_fit_set.csv (on the validate stage's outputs)
 """
@@ -48,10 +49,11 @@ def judged_on(table: pd.DataFrame, names: list[str]) -> dict:
             "p90": s["held_out_split_step_error_p90"], "rank": s["held_out_split_rank_correlation"]}
 
 
-def fit_set_diagnosis(folder, max_send_share: float = 1.0) -> pd.DataFrame:
+def fit_set_diagnosis(folder, max_send_share: float = 1.0, held_sends: bool = False) -> pd.DataFrame:
     """One row per run, batch, fold and fit set (see the module doc)."""
     # by 0.1 from 0: at 1, today's grid exactly
-    rule = TODAY._replace(send_shares=tuple(np.linspace(0.0, max_send_share, round(max_send_share * 10) + 1)))
+    rule = TODAY._replace(send_shares=tuple(np.linspace(0.0, max_send_share, round(max_send_share * 10) + 1)),
+                          send_on_request=held_sends, sends_last=held_sends)
     by_run: dict[int, list] = {}
     for run, batch, part, _ in parts(folder):
         by_run.setdefault(run, []).append((batch, part))
@@ -82,11 +84,14 @@ def main(argv=None) -> None:
                    help="validation folders (results/validate/<model>)")
     p.add_argument("--max-send-share", type=float, default=1.0,
                    help="the sender's CPU shares tried run from 0 to this, by 0.1 (today's calibration: 1)")
+    p.add_argument("--held-sends", action="store_true",
+                   help="fit with the workers' held sends (send_on_request and sends_last) in the cluster")
     p.add_argument("--csv", default="reports/validation_fit_set.csv")
     args = p.parse_args(argv)
     if not 0.0 < args.max_send_share <= 5.0:
         p.error(f"--max-send-share must be in (0, 5], got {args.max_send_share}")
-    table = pd.concat([fit_set_diagnosis(f, args.max_send_share) for f in args.folders], ignore_index=True)
+    table = pd.concat([fit_set_diagnosis(f, args.max_send_share, args.held_sends) for f in args.folders],
+                      ignore_index=True)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     table.to_csv(args.csv, index=False)
     print(f"-> {args.csv}")

@@ -46,6 +46,21 @@ def test_each_fold_is_judged_by_fits_with_and_without_the_other_folds_splits(tmp
         fit_set.main([str(tmp_path / "model"), "--max-send-share", "9"])
 
 
+def test_held_sends_fits_under_the_workers_held_sends(tmp_path):
+    """Times made with the workers' held sends (send_on_request, sends_last; a send share of 0.5): fitted with
+    --held-sends, every fit finds the model exactly; without, the fits miss."""
+    fit_set = benchmark_script("validation_fit_set")
+    model_made_validation(tmp_path / "model", link_streams=2, control_transfers=True, ready_order="lifo-arrivals-last",
+                          cpu_share_of="bytes", send_cpu_share=0.5, send_on_request=True, sends_last=True)
+    held, today = tmp_path / "held.csv", tmp_path / "today.csv"
+    fit_set.main([str(tmp_path / "model"), "--held-sends", "--csv", str(held)])
+    fit_set.main([str(tmp_path / "model"), "--csv", str(today)])
+    held, today = pd.read_csv(held), pd.read_csv(today)
+    assert held["fit_error"].abs().max() == pytest.approx(0.0, abs=1e-12)
+    assert held["median"].abs().max() == pytest.approx(0.0, abs=1e-12) and (held["send_cpu_share"] == 0.5).all()
+    assert (today["fit_error"] > 0).all()
+
+
 def test_also_fit_adds_the_validations_rows_of_those_strategies_to_the_fit_set(tmp_path):
     """Every time made by a model in today's grid, then two held-out strategies measured 1.5x slower: the fit
     placers alone are fitted exactly; with those two in the fit set they are not. The calibration's own
