@@ -159,7 +159,7 @@ def main(argv=None) -> None:
     for (name, repeat), m in measured.items():
         placement = placements[name]
         sims = {"sim": simulator.simulate(placement, trace=True),
-                **{name: other.simulate(placement, trace=True) for name, other in held.items()}}
+                **{term: other.simulate(placement, trace=True) for term, other in held.items()}}
         sim = sims["sim"]
         device_times = times[np.arange(graph.n_ops), placement]
         steps = {"strategy": name, "repeat": repeat, "step_min_ms": min(m.step_us) / 1e3,
@@ -167,7 +167,7 @@ def main(argv=None) -> None:
                  "sim_step_ms": sim.step_time_us / 1e3}
         for figures in worker_figures(m.op_trace, graph, device_times, placement, sim):
             rows.append({**steps, "anchor_scale": scale, **figures})
-        send_rows.append({**steps, **{f"{name}_step_ms": sims[name].step_time_us / 1e3 for name in held},
+        send_rows.append({**steps, **{f"{term}_step_ms": sims[term].step_time_us / 1e3 for term in held},
                           **send_figures(m.transfer_trace, m.op_trace, graph, sims, args.startup_ms * 1e3)})
     pd.set_option("display.width", 250)
     for table, path in ((pd.DataFrame(rows), args.csv), (pd.DataFrame(send_rows), args.sends_csv)):

@@ -121,3 +121,5 @@ def test_a_step_count_under_one_is_refused_naming_it(tmp_path):
     graphdef.write_bytes(b"")
     with pytest.raises(TrinityError, match="--steps: must be 1 or more, got 0"):
         traces.main([str(part), "--graphdef", str(graphdef), "--steps", "0"])
+    with pytest.raises(TrinityError, match="--startup-ms: must be 0 or more, got -1.0"):
+        traces.main([str(part), "--graphdef", str(graphdef), "--startup-ms", "-1"])
