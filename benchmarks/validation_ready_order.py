@@ -17,14 +17,14 @@ import argparse
 import pandas as pd
 
 from trinity.errors import run_main
-from trinity.runtime.resimulate import FIT_RULES, refit_choices
+from trinity.runtime.resimulate import COMMITTED_VALIDATIONS, FIT_RULES, refit_choices
 
 READY_ORDERS = ("lifo-arrivals-last", "lifo", "fifo")  #: the first is today's (`conf/validation`)
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="*", default=["results/validate/inception_v3", "results/validate/nmt_2layer_s12"],
+    p.add_argument("folders", nargs="*", default=list(COMMITTED_VALIDATIONS),
                    help="validation folders (results/validate/<model>)")
     p.add_argument("--csv", default="reports/validation_ready_order.csv")
     args = p.parse_args(argv)

@@ -22,17 +22,15 @@ import argparse
 import pandas as pd
 
 from trinity.errors import run_main
-from trinity.runtime.resimulate import FIT_RULES, parts, refit_choices
+from trinity.runtime.resimulate import COMMITTED_VALIDATIONS, FIT_RULES, refit_choices
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="*", default=["results/validate/inception_v3", "results/validate/nmt_2layer_s12"],
+    p.add_argument("folders", nargs="*", default=list(COMMITTED_VALIDATIONS),
                    help="validation folders (results/validate/<model>)")
     p.add_argument("--csv", default="reports/validation_sends.csv")
     args = p.parse_args(argv)
-    for folder in args.folders:
-        parts(folder)  # a folder that is no validation is refused before any work starts
     today = FIT_RULES[-1]
     rules = [today._replace(label="today"), today._replace(label="send_on_request", send_on_request=True),
              today._replace(label="sends_last", sends_last=True),

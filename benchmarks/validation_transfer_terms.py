@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from trinity.errors import TrinityError, run_main
 from trinity.fileio import read_yaml, write_yaml
-from trinity.runtime.resimulate import FIT_RULES, parts, refit
+from trinity.runtime.resimulate import COMMITTED_VALIDATIONS, FIT_RULES, parts, refit
 
 #: (latency_overlaps, transfer_cpu_us) settings tried; the first is today's calibration
 SETTINGS = ((False, 0.0), (True, 0.0), (False, 100.0), *((True, us) for us in (50.0, 100.0, 150.0, 200.0)))
@@ -60,7 +60,7 @@ def parse_setting(text: str) -> tuple[bool, float]:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="*", default=["results/validate/inception_v3", "results/validate/nmt_2layer_s12"],
+    p.add_argument("folders", nargs="*", default=list(COMMITTED_VALIDATIONS),
                    help="validation folders (results/validate/<model>)")
     p.add_argument("--settings", nargs="*", metavar="OVERLAPS:US",
                    help="settings to try instead of SETTINGS, e.g. false:0 true:100 (today's first)")

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from trinity.cluster import Cluster, load_cluster
 from trinity.errors import run_main
-from trinity.runtime.resimulate import parts, resimulate_part
+from trinity.runtime.resimulate import COMMITTED_VALIDATIONS, parts, resimulate_part
 from trinity.runtime.validate import error_summary, fit_set_rows
 
 #: (name, the change to a calibrated cluster): each one term away from the calibration's own
@@ -91,7 +91,7 @@ def what_if(folders, variants=VARIANTS) -> pd.DataFrame:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="*", default=["results/validate/inception_v3", "results/validate/nmt_2layer_s12"],
+    p.add_argument("folders", nargs="*", default=list(COMMITTED_VALIDATIONS),
                    help="validation folders (results/validate/<model>)")
     p.add_argument("--csv", default="reports/validation_what_if.csv")
     args = p.parse_args(argv)

@@ -63,6 +63,9 @@ class FitRule(NamedTuple):
     sends_last: bool = False  # a sender serialises a tensor after all the work it has ready (`trinity.cluster`)
 
 
+#: The default experiment's validation folders (the validate stage's outputs), which the diagnoses read by default
+COMMITTED_VALIDATIONS = ("results/validate/inception_v3", "results/validate/nmt_2layer_s12")
+
 #: Oldest first; the last is today's calibration (`trinity.runtime.calibrate`), each adds one change.
 FIT_RULES = (FitRule("median-1stream", "median", (1,)), FitRule("mean-1stream", "mean", (1,)),
              FitRule("median-streams", "median", LINK_STREAMS), FitRule("mean-streams", "mean", LINK_STREAMS),
@@ -269,7 +272,10 @@ def refit_choices(folders, rules, column: str = "rule") -> pd.DataFrame:
     """Every run of each validation folder fitted again under each of ``rules`` (to the calibration's own
     measurements of the fit placers: nothing held out is read), the held-out figures per batch on each fit, and
     the rule with the smallest fit error per run marked ``chosen``: what a calibration that also chose among
-    ``rules`` would pick. The rules' labels go in ``column``."""
+    ``rules`` would pick. The rules' labels go in ``column``. A folder that is no validation is refused before any
+    work starts."""
+    for folder in folders:
+        parts(folder)
     tables = []
     for folder in folders:
         fits, figures = refit(folder, "calibration", rules)

@@ -174,6 +174,11 @@ def worker_cluster(workers: Workers, name: str = "workers") -> Cluster:
         "default_link": {"bandwidth_GBps": 2.0, "latency_us": 100.0}}, name)
 
 
+def _tensor_bytes(node_stats) -> int:
+    """The bytes a ``RecvTensor`` record moved (0: an empty tensor, a control edge's)."""
+    return sum(int(o.tensor_description.allocation_description.requested_bytes) for o in node_stats.output)
+
+
 def _trace_figures(run_metadata, graph: OpGraph, asked: dict[str, str], devices: list[str]):
     """(crossed bytes, data transfers, peak memory per device, overridden ops) of one traced step."""
     crossed = transfers = 0
@@ -181,7 +186,7 @@ def _trace_figures(run_metadata, graph: OpGraph, asked: dict[str, str], devices:
     for dev in run_metadata.step_stats.dev_stats:
         for ns in dev.node_stats:
             if ns.node_name == "RecvTensor":
-                nbytes = sum(o.tensor_description.allocation_description.requested_bytes for o in ns.output)
+                nbytes = _tensor_bytes(ns)
                 crossed += nbytes
                 transfers += nbytes > 0
             for m in ns.memory:
@@ -232,9 +237,8 @@ def transfer_records(run_metadata, devices: list[str]) -> list[tuple[str, int, i
             continue
         producer, _, output = match[1].partition(":")
         start = float(ns.all_start_micros + ns.op_start_rel_micros - first)
-        records.append((producer, int(output or 0), task[match[2]], task[match[3]],
-                        sum(int(o.tensor_description.allocation_description.requested_bytes) for o in ns.output),
-                        start, start + float(ns.op_end_rel_micros - ns.op_start_rel_micros)))
+        records.append((producer, int(output or 0), task[match[2]], task[match[3]], _tensor_bytes(ns), start,
+                        start + float(ns.op_end_rel_micros - ns.op_start_rel_micros)))
     return records
 
 
