@@ -165,7 +165,7 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     corun = today + "-corun-fitted"
     assert list(fits.index) == ["median-1stream", "mean-1stream", "median-streams", "mean-streams",
                                 "mean-streams-control", "mean-streams-control-lifo", lifo, today, corun,
-                                corun + "-bytes", corun + "-bytes-receive"]
+                                corun + "-bytes", corun + "-bytes-receive", corun + "-bytes-receive-held-sends"]
     chosen = fits.loc[today]
     assert (chosen["send_cpu_share"], chosen["latency_scale"], chosen["link_streams"], chosen["fit_error"]) == (
         0.0, 1.0, 4, 0.0)
@@ -174,6 +174,8 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
     # no CPU share made them: shares of the bytes find the same, and no receiver's share
     assert fits.loc[corun + "-bytes-receive", ["send_cpu_share", "receive_cpu_share", "link_streams", "fit_error"]
                     ].tolist() == [0.0, 0.0, 4, 0.0]
+    # times made without the workers' held sends do not fit exactly with them: the fit sees them too
+    assert fits.loc[corun + "-bytes-receive-held-sends", "fit_error"] > 0
     # the same stack with the arrivals on top does not fit exactly: the ready order is seen by the fit
     assert (fits.loc[["mean-streams-control-lifo", lifo], "fit_error"] > 0).all()
     assert figures.loc[today, "step_error_median"] == 0.0
@@ -189,7 +191,7 @@ def test_refit_recovers_the_transfer_model_from_the_calibration_measurements(tmp
         refit(tmp_path, "elsewhere")
     main([str(tmp_path), "--refit", "calibration", "--csv", str(tmp_path / "rules.csv")])
     rules = pd.read_csv(tmp_path / "rules.csv")
-    assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 11
+    assert list(rules.columns[:5]) == ["model", "measured_from", "run", "batch", "rule"] and len(rules) == 12
     assert (rules["folder"] == str(tmp_path)).all()  # which validation, where several share a model's name
     assert rules.set_index("rule").loc[today, "link_streams"] == 4
     # the validation's rounds ran every op 1.5x slower, its one-worker step among them: fitted on the op times

@@ -95,7 +95,7 @@ share, which takes no time, goes as before, and so does a tensor held for
 its request, serialised when the request is taken up; without a send CPU
 share the term changes nothing). Traced steps show both (README,
 *Simulator vs real*: a worker held most tensors it sent until it ran no
-op of its own); no calibration sets either yet.
+op of its own), and calibrated workers set both.
 """
 
 from __future__ import annotations

@@ -80,7 +80,10 @@ FIT_RULES = (FitRule("median-1stream", "median", (1,)), FitRule("mean-1stream", 
                      LINK_STREAMS, True, "lifo-arrivals-last", LATENCY_SCALES, FITTED_CORUN_SLOWDOWNS, (0.0,), "bytes"),
              FitRule("mean-streams-control-lifo-latency-measured-arrivals-last-corun-fitted-bytes-receive", "mean",
                      LINK_STREAMS, True, "lifo-arrivals-last", LATENCY_SCALES, FITTED_CORUN_SLOWDOWNS, RECEIVE_SHARES,
-                     "bytes"))
+                     "bytes"),
+             FitRule("mean-streams-control-lifo-latency-measured-arrivals-last-corun-fitted-bytes-receive-held-sends",
+                     "mean", LINK_STREAMS, True, "lifo-arrivals-last", LATENCY_SCALES, FITTED_CORUN_SLOWDOWNS,
+                     RECEIVE_SHARES, "bytes", send_on_request=True, sends_last=True))
 
 
 def parts(folder) -> list[tuple[int, int | None, Path, Path]]:
