@@ -378,6 +378,7 @@ def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
     assert "worker0" in cluster and "worker1" in cluster and "bandwidth_GBps" in cluster
     assert (out / "calibration" / "graph.json.gz").exists()
     assert "send_cpu_share" in cluster and "corun_slowdown" in cluster and "step_sync_us" in cluster
+    assert "send_on_request: true" in cluster and "sends_last: true" in cluster  # the workers' held sends
     calibration = json.loads((out / "calibration" / "calibration.json").read_text())
     shared = calibration["shared_machine"]
     assert shared["corun_slowdown"] >= 0 and shared["step_sync_us"] >= 0
