@@ -6,8 +6,9 @@ The strategies the searches find are near-gathered splits with tens of MB, and o
 errors follow the bytes (README, *Simulator vs real*). This asks whether splits like those in the fit set
 would pin the terms down. Each run's held-out split strategies at its own batch, sorted by measured step
 time, are dealt into two folds. The transfer model is fitted (today's rule, `FIT_RULES[-1]`, without the
-workers' held sends unless ``--held-sends``, to the validation's own measurements) to the fit placers' rows alone, and to those plus one fold's splits. Both are
-judged on the other fold, at the run's own batch and at its smaller one (which keeps its run's fit).
+workers' held sends unless ``--held-sends``, to the validation's own measurements) to the fit placers' rows
+alone, and to those plus one fold's splits. Both are judged on the other fold, at the run's own batch and
+at its smaller one (which keeps its run's fit).
 A diagnosis: the splits fitted are the validation's, so this says what a calibration that times such
 strategies itself would gain, not what today's gets. ``--held-sends`` fits with the workers' held sends
 (`send_on_request` and `sends_last`, `trinity.cluster`, which today's calibration sets) as today's rule does.
