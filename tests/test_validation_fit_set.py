@@ -68,7 +68,7 @@ def test_also_fit_adds_the_validations_rows_of_those_strategies_to_the_fit_set(t
     from trinity.runtime.resimulate import FIT_RULES, refit_run
 
     model_made_validation(tmp_path, link_streams=4, control_transfers=True, ready_order="lifo-arrivals-last",
-                          cpu_share_of="bytes")
+                          cpu_share_of="bytes", send_on_request=True, sends_last=True)  # today's held sends
     table = pd.read_csv(tmp_path / "results.csv")
     table.loc[table["strategy"].isin(["random0", "random1"]), "real_step_ms"] *= 1.5
     table.to_csv(tmp_path / "results.csv", index=False)

@@ -33,7 +33,8 @@ def test_the_terms_that_made_the_times_are_chosen_and_judge_the_held_out_exactly
     cost no fit is exact. On this small graph serial latencies over several streams overlap as much."""
     terms = benchmark_script("validation_transfer_terms")
     model_made_validation(tmp_path / "model", send_cpu_share=1.0, cpu_share_of="bytes", control_transfers=True,
-                          ready_order="lifo-arrivals-last", latency_overlaps=True, transfer_cpu_us=60.0)
+                          ready_order="lifo-arrivals-last", latency_overlaps=True, transfer_cpu_us=60.0,
+                          send_on_request=True, sends_last=True)  # today's rule holds the sends
     out = tmp_path / "terms.csv"
     terms.main([str(tmp_path / "model"), "--settings", "false:0", "true:0", "true:60", "false:60", "--csv", str(out)])
     table = pd.read_csv(out)
