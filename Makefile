@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces trace-completeness validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -490,6 +490,10 @@ validation-what-if: $(STAMP)  ## the committed validation with each simulator te
 validation-op-traces: params  ## where a split's real step goes: traced real steps per worker and their held sends beside the simulator's (~3 min)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc repro export@inception_v3
 	$(PY) benchmarks/validation_op_traces.py --csv reports/validation_op_traces.csv --sends-csv reports/validation_send_delays.csv
+
+trace-completeness: params  ## how often a traced step loses the records of what crossed, and what pooling traced steps reads (~5 min)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc repro export@inception_v3
+	$(PY) benchmarks/trace_completeness.py --csv reports/trace_completeness.csv
 
 validation-fit-set: $(STAMP)  ## the transfer model fitted with half the held-out splits, judged on the rest (~3 min)
 	$(PY) benchmarks/validation_fit_set.py results/validate/inception_v3 --csv reports/validation_fit_set.csv

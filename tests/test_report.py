@@ -149,12 +149,13 @@ def test_summary_and_metrics_json(report):
                              "held_out_split_step_error_median": 0.175, "held_out_split_step_error_p90": 0.235,
                              "rank_correlation": round(3 / np.sqrt(22.5), 4),
                              "held_out_split_rank_correlation": None, "held_out_split_comm_error_max": 0.0,
-                             "held_out_split_comm_error_floor_max": 0.0, **NO_NOISE},
+                             "held_out_split_comm_error_floor_max": 0.0, "held_out_split_comm_unrecorded": 0,
+                             **NO_NOISE},
         "inception_v3 b16": {"strategies": 3, "step_error_median": 0.2, "held_out_split_strategies": 3,
                              "held_out_split_step_error_median": 0.2, "held_out_split_step_error_p90": 0.2,
                              "rank_correlation": 1.0, "held_out_split_rank_correlation": 1.0,
                              "held_out_split_comm_error_max": 0.0, "held_out_split_comm_error_floor_max": 0.0,
-                             **NO_NOISE}}
+                             "held_out_split_comm_unrecorded": 0, **NO_NOISE}}
     assert summary["counts"] == {"models": 1, "cases": 2, "search_jobs": 9, "validated_strategies": 7}
     assert json.loads((out / "metrics.json").read_text()) == summary
     # what `dvc metrics show` reads: a file per row, a few well-named numbers each
@@ -496,6 +497,31 @@ def test_communication_error_below_a_megabyte_is_read_against_one():
     rows = pd.DataFrame({"sim_comm_MB": [4.1, 0.4, 0.0], "real_crossed_MB": [4.0, 0.5, 4e-6]})
     assert np.allclose(comm_error_floor(rows), [0.025, 0.1, 4e-6])
     assert comm_error_floor(rows.iloc[:0]).empty
+
+
+def test_bytes_are_compared_only_where_the_traced_steps_recorded_every_crossing():
+    """Three held-out splits: a and c recorded every tensor that crossed (1% and 2% off), b's traced steps
+    missed 12 tensors (read 55 of 100 MB: 45% off by the measurement, not the simulator): b is counted apart."""
+    from trinity.report.summary import target_misses
+    from trinity.runtime.validate import error_summary
+
+    rows = pd.DataFrame({"strategy": ["a", "b", "c"], "calibration_set": False, "sim_step_ms": [10.0, 20.0, 30.0],
+                         "real_step_ms": [10.0, 20.0, 30.0], "step_error": 0.0, "sim_comm_MB": [10.1, 100.0, 5.1],
+                         "real_crossed_MB": [10.0, 55.0, 5.0], "real_transfers_missing": [0, 12, 0],
+                         "overridden": 0})
+    rows["comm_error"] = (rows["sim_comm_MB"] - rows["real_crossed_MB"]) / rows["real_crossed_MB"]
+    s = error_summary(rows)
+    assert s["held_out_split_strategies"] == 3 and s["held_out_split_comm_unrecorded"] == 1
+    assert s["held_out_split_comm_error_max"] == pytest.approx(0.02)
+    assert s["held_out_split_comm_error_floor_max"] == pytest.approx(0.02)
+    assert s["held_out_split_comm_error_median"] == pytest.approx(0.015)
+    before = error_summary(rows.drop(columns="real_transfers_missing"))  # a table from before the count: all compared
+    assert before["held_out_split_comm_unrecorded"] == 0
+    assert before["held_out_split_comm_error_max"] == pytest.approx(45 / 55)
+    v = {"held_out_split_step_error_median": 0.05, "held_out_split_rank_correlation": 0.9,
+         "held_out_split_comm_error_floor_max": 0.02, "held_out_split_comm_unrecorded": 1}
+    assert target_misses("m", v) == ["- m: 1 held-out split(s) not compared on bytes: no traced step recorded every "
+                                     "tensor its partition graphs send between the workers"]
 
 
 def test_run_to_run_rank_compares_two_runs_measurements_of_the_same_held_out_splits():

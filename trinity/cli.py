@@ -396,7 +396,7 @@ def cmd_validate(args) -> None:
                             "calibration": args.calibration})
         tracker.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float)) and v == v}, step=0)
     cols = [c for c in ("strategy", "sim_step_ms", "real_step_ms", "real_spread", "step_error", "sim_comm_MB",
-                        "real_crossed_MB", "comm_error", "sim_peak_memory_GB", "real_peak_memory_GB", "overridden",
+                        "real_crossed_MB", "real_transfers_missing", "comm_error", "sim_peak_memory_GB", "real_peak_memory_GB", "overridden",
                         "refused") if c in table]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     if summary["strategies"]:

@@ -39,7 +39,8 @@ def validation_errors(measured: pd.DataFrame) -> dict[str, dict]:
         s = error_summary(part)
         keys = ("strategies", "step_error_median", "held_out_split_strategies", "held_out_split_step_error_median",
                 "held_out_split_step_error_p90", "rank_correlation", "held_out_split_rank_correlation",
-                "held_out_split_comm_error_max", "held_out_split_comm_error_floor_max", "held_out_split_spread_median",
+                "held_out_split_comm_error_max", "held_out_split_comm_error_floor_max",
+                "held_out_split_comm_unrecorded", "held_out_split_spread_median",
                 "held_out_split_resolved_pairs",
                 "held_out_split_resolved_concordance", "load_max")
         s = {k: s.get(k, float("nan")) for k in keys}
@@ -180,6 +181,9 @@ def target_misses(name: str, v: dict) -> list[str]:
     if comm is not None and comm > BARS["comm"]:
         out.append(f"- {name}: communication off by up to {comm:.1%} (of the bytes, or of 1 MB where fewer "
                    f"cross), over the {BARS['comm']:.0%} bar")
+    if v.get("held_out_split_comm_unrecorded"):
+        out.append(f"- {name}: {v['held_out_split_comm_unrecorded']} held-out split(s) not compared on bytes: no "
+                   "traced step recorded every tensor its partition graphs send between the workers")
     return out
 
 

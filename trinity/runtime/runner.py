@@ -12,7 +12,8 @@ variables, runs warm-up steps, then timed steps (wall time of
 graphs) that gives:
 
 * bytes that crossed devices: the sum of the ``RecvTensor`` records, one per
-  tensor per receiving device, as the simulator counts them;
+  tensor per receiving device, as the simulator counts them; the partition
+  graphs' ``_Recv`` nodes say which tensors should have one (`trace_transfers`);
 * per-device peak memory: the largest ``allocator_bytes_in_use`` the trace
   records on that device (each worker is its own process, so its allocator
   holds only its own tensors and variables);
@@ -23,8 +24,10 @@ graphs) that gives:
 every strategy once), because step times here drift by tens of percent over
 minutes: interleaving spreads the drift evenly instead of charging it to
 whichever strategy ran last. It traces a step in each of the first two
-rounds and keeps the trace with more transfers: a traced step has been seen
-to lose half its ``RecvTensor`` records (`Measurement.keep_trace`). Every
+rounds, and in each later round while some tensor that crossed has no record
+yet: a traced step loses every ``RecvTensor`` record of one worker now and
+then (1 traced step in 6 to 1 in 40 here, `make trace-completeness`), so the
+records of all traced steps are pooled (`Measurement.add_trace`). Every
 wait has a timeout: a run that does not finish raises `WorkerError` instead
 of hanging. The machine's 1-minute load
 average is recorded before and after every run (the workers are pinned to
@@ -66,10 +69,12 @@ class Measurement:
     step_us: list[float] = field(default_factory=list)  # every timed step, all rounds
     round_median_us: list[float] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)  # loss of every step run (warm-up included)
-    crossed_bytes: int = 0  # from the traced step with the most transfers (see `keep_trace`)
-    transfers: int = 0  # RecvTensor records with data (control tensors excluded)
+    # the tensors that cross between workers, by edge name, as the partition graphs receive them, and the bytes of
+    # each that a traced step recorded (all traced steps pooled: `add_trace`)
+    expected_transfers: set[str] = field(default_factory=set)
+    recorded_bytes: dict[str, int] = field(default_factory=dict)
     traces: int = 0  # traced steps run
-    peak_memory_bytes: list[int] = field(default_factory=list)  # per device
+    peak_memory_bytes: list[int] = field(default_factory=list)  # per device, the largest any traced step recorded
     overridden: list[tuple[str, str, str]] = field(default_factory=list)  # (op, asked, ran)
     setup_s: float = 0.0  # session creation, initialisation and warm-up, summed over rounds
     load: list[float] = field(default_factory=list)  # the machine's 1-minute load before and after each run
@@ -98,13 +103,34 @@ class Measurement:
         q1, q3 = np.percentile(self.step_us, [25, 75])
         return float(q1), float(q3)
 
-    def keep_trace(self, crossed_bytes: int, transfers: int, peak_memory_bytes: list[int],
-                   overridden: list[tuple[str, str, str]]) -> None:
-        """Take a traced step's figures if it recorded more transfers than the traces before it: a traced
-        step can lose RecvTensor records (once, 87 of 176), never invent them, so the most complete wins."""
-        if self.traces == 0 or transfers > self.transfers:
-            self.crossed_bytes, self.transfers = crossed_bytes, transfers
-            self.peak_memory_bytes, self.overridden = peak_memory_bytes, overridden
+    @property
+    def crossed_bytes(self) -> int:
+        """Bytes that crossed between the workers in a step: every recorded tensor once."""
+        return sum(self.recorded_bytes.values())
+
+    @property
+    def transfers(self) -> int:
+        """Tensors with data that crossed (control tensors, 0 bytes, excluded)."""
+        return sum(b > 0 for b in self.recorded_bytes.values())
+
+    @property
+    def transfers_missing(self) -> int:
+        """Tensors the partition graphs send between workers that no traced step recorded: while above 0,
+        `crossed_bytes` is short of what crossed."""
+        return len(self.expected_transfers - self.recorded_bytes.keys())
+
+    def add_trace(self, expected: set[str], recorded: dict[str, int], peak_memory_bytes: list[int],
+                  overridden: list[tuple[str, str, str]]) -> None:
+        """Pool a traced step's records (`trace_transfers`) with those of the traced steps before it. A
+        traced step loses records (all of one worker's, now and then) but never invents them, and every step
+        sends the same tensors, so the union of the records is the most complete count."""
+        self.expected_transfers |= expected
+        for edge, nbytes in recorded.items():
+            self.recorded_bytes[edge] = max(self.recorded_bytes.get(edge, 0), nbytes)
+        before = self.peak_memory_bytes
+        self.peak_memory_bytes = [max(a, b) for a, b in zip(before, peak_memory_bytes)] if before else \
+            list(peak_memory_bytes)
+        self.overridden = overridden
         self.traces += 1
 
     def summary(self) -> dict:
@@ -113,7 +139,7 @@ class Measurement:
                 "real_q1_ms": q1 / 1e3, "real_q3_ms": q3 / 1e3,
                 "load_min": min(self.load, default=float("nan")), "load_max": max(self.load, default=float("nan")),
                 "real_steps": len(self.step_us), "real_crossed_MB": self.crossed_bytes / 1e6,
-                "real_transfers": self.transfers,
+                "real_transfers": self.transfers, "real_transfers_missing": self.transfers_missing,
                 "real_peak_memory_GB": max(self.peak_memory_bytes, default=0) / 1e9,
                 "overridden": len(self.overridden), "setup_s": self.setup_s}
 
@@ -174,21 +200,21 @@ def worker_cluster(workers: Workers, name: str = "workers") -> Cluster:
         "default_link": {"bandwidth_GBps": 2.0, "latency_us": 100.0}}, name)
 
 
+#: a RecvTensor record's label: "[bytes] [rate] edge_<id>_<tensor> from <device> to <device>"
+_RECV_LABEL = re.compile(r"\[[^]]*\] \[[^]]*\] (edge_\d+_(\S+)) from (\S+) to (\S+)$")
+
+
 def _tensor_bytes(node_stats) -> int:
     """The bytes a ``RecvTensor`` record moved (0: an empty tensor, a control edge's)."""
     return sum(int(o.tensor_description.allocation_description.requested_bytes) for o in node_stats.output)
 
 
 def _trace_figures(run_metadata, graph: OpGraph, asked: dict[str, str], devices: list[str]):
-    """(crossed bytes, data transfers, peak memory per device, overridden ops) of one traced step."""
-    crossed = transfers = 0
+    """(tensors that should cross, the bytes of those recorded (`trace_transfers`), peak memory per device,
+    overridden ops) of one traced step."""
     in_use: dict[str, dict[str, int]] = {d: {} for d in devices}
     for dev in run_metadata.step_stats.dev_stats:
         for ns in dev.node_stats:
-            if ns.node_name == "RecvTensor":
-                nbytes = _tensor_bytes(ns)
-                crossed += nbytes
-                transfers += nbytes > 0
             for m in ns.memory:
                 per = in_use.setdefault(dev.device, {})
                 per[m.allocator_name] = max(per.get(m.allocator_name, 0), int(m.allocator_bytes_in_use))
@@ -199,7 +225,28 @@ def _trace_figures(run_metadata, graph: OpGraph, asked: dict[str, str], devices:
             want = asked.get(node.name)
             if want is not None and node.device != want:
                 overridden.append((node.name, want, node.device))
-    return crossed, transfers, peak, overridden
+    return (*trace_transfers(run_metadata, devices), peak, overridden)
+
+
+def trace_transfers(run_metadata, devices: list[str]) -> tuple[set[str], dict[str, int]]:
+    """(the edge name of every tensor the step's partition graphs receive on one of ``devices`` from another
+    (their ``_Recv`` and ``_HostRecv`` nodes), {edge name: bytes} of those the trace has a ``RecvTensor``
+    record of). Edge names (``edge_<id>_<node>``) are the same in every session of one placed graph, so the
+    records of several traced steps pool by them."""
+    expected = set()
+    for pg in run_metadata.partition_graphs:
+        for node in pg.node:
+            if node.op in ("_Recv", "_HostRecv"):  # _HostRecv: a tensor kept in host memory, such as a shape
+                src, dst = node.attr["send_device"].s.decode(), node.attr["recv_device"].s.decode()
+                if src != dst and src in devices and dst in devices:
+                    expected.add(node.attr["tensor_name"].s.decode())
+    recorded = {}
+    for dev in run_metadata.step_stats.dev_stats:
+        for ns in dev.node_stats:
+            match = _RECV_LABEL.match(ns.timeline_label) if ns.node_name == "RecvTensor" else None
+            if match is not None and match[3] in devices and match[4] in devices:
+                recorded[match[1]] = _tensor_bytes(ns)
+    return expected, recorded
 
 
 def _worker_stats(run_metadata, devices: list[str]):
@@ -219,10 +266,6 @@ def op_records(run_metadata, devices: list[str]) -> list[tuple[int, str, float, 
              float(ns.op_end_rel_micros - ns.op_start_rel_micros)) for t, ns in stats]
 
 
-#: a RecvTensor record's label: "[bytes] [rate] edge_<id>_<tensor> from <device> to <device>"
-_RECV_LABEL = re.compile(r"\[[^]]*\] \[[^]]*\] edge_\d+_(\S+) from (\S+) to (\S+)$")
-
-
 def transfer_records(run_metadata, devices: list[str]) -> list[tuple[str, int, int, int, int, float, float]]:
     """(producer, output, source task, destination task, bytes, start, end) of every tensor a traced step moved
     between ``devices``, times in us after the step's first op (as `op_records`). A ``RecvTensor`` record starts
@@ -233,11 +276,11 @@ def transfer_records(run_metadata, devices: list[str]) -> list[tuple[str, int, i
     records = []
     for _, ns in stats:
         match = _RECV_LABEL.match(ns.timeline_label) if ns.node_name == "RecvTensor" else None
-        if match is None or match[2] not in task or match[3] not in task:
+        if match is None or match[3] not in task or match[4] not in task:
             continue
-        producer, _, output = match[1].partition(":")
+        producer, _, output = match[2].partition(":")
         start = float(ns.all_start_micros + ns.op_start_rel_micros - first)
-        records.append((producer, int(output or 0), task[match[2]], task[match[3]], _tensor_bytes(ns), start,
+        records.append((producer, int(output or 0), task[match[3]], task[match[4]], _tensor_bytes(ns), start,
                         start + float(ns.op_end_rel_micros - ns.op_start_rel_micros)))
     return records
 
@@ -362,7 +405,7 @@ class Runner:
             if trace:
                 out, md = self._run(sess, self.fetches, f"a traced step of {name}", trace=True)
                 m.loss.append(self._loss(out))
-                m.keep_trace(*_trace_figures(md, self.graph, asked, self.workers.devices))
+                m.add_trace(*_trace_figures(md, self.graph, asked, self.workers.devices))
                 if keep_ops:
                     m.op_trace = op_records(md, self.workers.devices)
                     m.transfer_trace = transfer_records(md, self.workers.devices)
@@ -385,9 +428,10 @@ class Runner:
         with progress_bar(total=rounds * len(placements), desc="measure", unit="run", disable=not progress) as bar:
             for r in range(rounds):
                 for name, p in _round_order(placements, r):
-                    # two traced steps in two rounds, the more complete kept (Measurement.keep_trace)
-                    m = self.measure(p, name, steps=steps, warmup=warmup, trace=(r < 2),
-                                     into=results.get(name))
+                    # traced in the first two rounds and then while some crossing has no record (module doc)
+                    before = results.get(name)
+                    trace = r < 2 or (before is not None and before.transfers_missing > 0)
+                    m = self.measure(p, name, steps=steps, warmup=warmup, trace=trace, into=before)
                     results[name] = m
                     if on_result is not None:
                         on_result(m)

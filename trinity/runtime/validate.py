@@ -28,7 +28,10 @@ never fitted.
 
 Errors are relative to the measurement: ``(sim - real) / real``.
 Communication compares the simulator's bytes sent (each tensor once per
-consuming device) with the bytes of the ``RecvTensor`` records.
+consuming device) with the bytes of the ``RecvTensor`` records, pooled over
+the traced steps; a strategy whose traced steps never recorded some tensor
+its partition graphs send (``real_transfers_missing``) is counted apart, not
+compared (`error_summary`).
 """
 
 from __future__ import annotations
@@ -243,13 +246,19 @@ def error_summary(table: pd.DataFrame) -> dict:
     strategy, over those that split the step across workers, over those held out of the
     calibration (the send CPU share is fitted to the placers in `FIT_PLACERS`, the op times anchored to
     `ANCHOR_PLACER`'s one-worker step) and over those both
-    held out and split; rank correlations of simulated against measured step times."""
+    held out and split (their communication over those whose traced steps recorded every tensor that
+    crossed; ``held_out_split_comm_unrecorded`` counts the others); rank correlations of simulated against
+    measured step times."""
     measured = table.dropna(subset=["real_step_ms"]) if "real_step_ms" in table else table.iloc[:0]
     step = measured["step_error"].abs()
     comm = measured.loc[measured["real_crossed_MB"] > 0, "comm_error"].abs()
     split = measured.loc[measured["real_crossed_MB"] > 0, "step_error"].abs()
     held_out = measured.loc[~measured["calibration_set"].astype(bool), "step_error"].abs()
     held_out_split = measured.loc[held_out_split_rows(measured)]
+    # bytes are compared where the traced steps recorded every tensor that crossed (tables before the count: all)
+    unrecorded = (held_out_split["real_transfers_missing"].fillna(0) > 0 if "real_transfers_missing" in held_out_split
+                  else pd.Series(False, index=held_out_split.index))
+    recorded = held_out_split.loc[~unrecorded]
 
     def q(x, p):
         return float(x.quantile(p)) if len(x) else float("nan")
@@ -268,9 +277,10 @@ def error_summary(table: pd.DataFrame) -> dict:
         "held_out_split_step_error_median": q(held_out_split["step_error"].abs(), 0.5),
         "held_out_split_step_error_p90": q(held_out_split["step_error"].abs(), 0.9),
         "held_out_split_rank_correlation": _rank_correlation(held_out_split),
-        "held_out_split_comm_error_median": q(held_out_split["comm_error"].abs(), 0.5),
-        "held_out_split_comm_error_max": q(held_out_split["comm_error"].abs(), 1.0),
-        "held_out_split_comm_error_floor_max": q(comm_error_floor(held_out_split), 1.0),
+        "held_out_split_comm_error_median": q(recorded["comm_error"].abs(), 0.5),
+        "held_out_split_comm_error_max": q(recorded["comm_error"].abs(), 1.0),
+        "held_out_split_comm_error_floor_max": q(comm_error_floor(recorded), 1.0),
+        "held_out_split_comm_unrecorded": int(unrecorded.sum()),
         **_noise(held_out_split, "held_out_split_"),
         "load_max": float(measured["load_max"].max()) if "load_max" in measured and len(measured) else float("nan"),
         "anchor_scale": (float(measured["anchor_scale"].dropna().iloc[0])  # op times x this (module doc)
