@@ -18,15 +18,13 @@ share of incomplete traced steps and both rules after two traced steps.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
 
 from trinity.cluster import load_cluster
 from trinity.errors import TrinityError, run_main
-from trinity.export import read_graph_def
-from trinity.graph import load_graph
+from trinity.export import load_exported
 from trinity.placers import place
 from trinity.runtime.runner import Measurement, Runner
 from trinity.runtime.workers import LocalWorkers
@@ -76,14 +74,11 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.traces < 1:
         raise TrinityError(f"must be 1 or more, got {args.traces}", field="--traces")
-    if not Path(args.graph).is_file():
-        raise TrinityError("not found (`dvc repro export@inception_v3` writes it)", source=args.graph, field="--graph")
-    graph = load_graph(args.graph)
+    graph, graph_def = load_exported(args.graph, "--graph")
     cluster = load_cluster(args.cluster)
     if cluster.n_devices != 2:
-        raise TrinityError(f"has {cluster.n_devices} devices, the workers are 2", source=args.cluster,
+        raise TrinityError(f"has {cluster.n_devices} devices for 2 workers", source=args.cluster,
                            field="--cluster")
-    graph_def = read_graph_def(args.graph, graph)
     placements = {name: place(name, graph, cluster, seed=0).placement for name in args.placers}
     rows = []
     with LocalWorkers(2, threads=1) as workers:

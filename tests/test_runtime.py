@@ -382,7 +382,8 @@ def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
     calibration = json.loads((out / "calibration" / "calibration.json").read_text())
     shared = calibration["shared_machine"]
     assert shared["corun_slowdown"] >= 0 and shared["step_sync_us"] >= 0
-    assert set(shared["median_us"]) == {"A", "B", "AB", "local", "both"} and calibration["load"]["after"] >= 0
+    assert set(shared["median_us"]) == {"A", "B", "AB", "local", "both"} and calibration["machine"]["load_after"] >= 0
+    assert 0 <= calibration["machine"]["other_cpu"] <= 1 and 0 <= shared["steal"] <= 1  # what else the machine did
     # the fit set timed as the validation times (1 round of 1 step here), the one-worker step beside it
     fit, anchor = calibration["transfer_fit"], calibration["anchor"]
     assert (fit["rounds"], fit["steps"]) == (1, 1) and "single" not in fit["measured_step_us"]

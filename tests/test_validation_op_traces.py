@@ -106,6 +106,23 @@ def test_send_figures_by_hand():
                    "real_held_sender_idle": 0.5}
 
 
+def test_transfer_records_take_each_tensors_output_from_its_send_in_the_partition_graphs():
+    tf = pytest.importorskip("tensorflow")
+    md = tf.compat.v1.RunMetadata()
+    w0, w1 = task_device(0), task_device(1)
+    pg = md.partition_graphs.add()
+    for tensor, read in (("edge_12_a", "a:2"), ("edge_13_a", "a"), ("edge_14_b", "^b")):
+        node = pg.node.add(name=f"send_{tensor}", op="_Send", device=w0, input=[read])
+        node.attr["tensor_name"].s = tensor.encode()
+    dev = md.step_stats.dev_stats.add(device=w1)
+    for tensor, start, nbytes in (("edge_12_a", 1_000_000, 800), ("edge_13_a", 1_000_010, 400)):
+        ns = dev.node_stats.add(node_name="RecvTensor", all_start_micros=start, op_start_rel_micros=0,
+                                op_end_rel_micros=5, timeline_label=f"[{nbytes}B] [1Gb/s] {tensor} from {w0} to {w1}")
+        ns.output.add().tensor_description.allocation_description.requested_bytes = nbytes
+    # a's outputs 2 and 0 crossed on two edges, each record naming only "a"
+    assert transfer_records(md, [w0, w1]) == [("a", 2, 0, 1, 800, 0.0, 5.0), ("a", 0, 0, 1, 400, 10.0, 15.0)]
+
+
 def test_a_part_without_its_calibrated_graph_is_refused_naming_it():
     traces = benchmark_script("validation_op_traces")
     with pytest.raises(TrinityError, match="part/calibration/graph.json.gz: part: not found") as refused:

@@ -41,6 +41,16 @@ def read_graph_def(path: str | os.PathLike, graph: OpGraph) -> bytes:
     return pb.read_bytes()
 
 
+def load_exported(path: str | os.PathLike, field: str = "graph") -> tuple[OpGraph, bytes]:
+    """A TensorFlow export's OpGraph and GraphDef, what real workers run; a missing file is refused in one
+    line naming ``field`` and the stage that writes it."""
+    if not Path(path).is_file():
+        raise TrinityError("not found (the export stage writes it: `dvc repro export@<model>`)", source=str(path),
+                           field=field)
+    graph = load_graph(path)
+    return graph, read_graph_def(path, graph)
+
+
 def export_model(name: str, out: str | os.PathLike, batch_size: int | None = None, **options) -> OpGraph:
     spec = model_spec(name)
     if spec.framework == "tensorflow":

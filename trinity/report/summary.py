@@ -42,7 +42,7 @@ def validation_errors(measured: pd.DataFrame) -> dict[str, dict]:
                 "held_out_split_comm_error_max", "held_out_split_comm_error_floor_max",
                 "held_out_split_comm_unrecorded", "held_out_split_spread_median",
                 "held_out_split_resolved_pairs",
-                "held_out_split_resolved_concordance", "load_max")
+                "held_out_split_resolved_concordance", "load_max", "other_cpu_max", "steal_max")
         s = {k: s.get(k, float("nan")) for k in keys}
         name = (model if batch == -1 else f"{model} b{int(batch)}") + (f" run{int(r)}" if runs[model] > 1 else "")
         out[name] = {k: (None if s[k] != s[k] else round(float(s[k]), 4)) if isinstance(s[k], float) else s[k]
@@ -270,11 +270,13 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
                   "many times the rounds would make two runs rank them 0.9 alike, by the Spearman-Brown prophecy), "
                   "and of the simulator's errors on them (near 1: the same "
                   "strategies missed the same way, a term the simulator lacks); load: the machine's highest 1-minute "
-                  "load average during the measurements.", "",
+                  "load average during the measurements; other CPU, steal: the largest share of the cores' time "
+                  "that other processes and other virtual machines took during one run (`trinity.machine`; blank "
+                  "in validations from before it was recorded).", "",
                   "| model, batch | strategies | median error, all | held-out split | median error | p90 | "
                   "rank corr., all | rank corr., held-out split | max comm. error | spread | resolved pairs | "
-                  "alike | run to run | for reliability | errors run to run | load |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "alike | run to run | for reliability | errors run to run | load | other CPU | steal |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {model} | {v['strategies']} | {_pct(v['step_error_median'])} | "
                   f"{v['held_out_split_strategies']} | {_pct(v['held_out_split_step_error_median'])} | "
                   f"{_pct(v['held_out_split_step_error_p90'])} | {_corr(v['rank_correlation'])} | "
@@ -283,7 +285,8 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
                   f"{_pct(v.get('held_out_split_resolved_concordance'))} | "
                   f"{_corr(v.get('held_out_split_run_to_run_rank'))} | "
                   f"{_corr(v.get('held_out_split_rank_for_reliability'))} | "
-                  f"{_corr(v.get('held_out_split_run_to_run_error_rank'))} | {_corr(v.get('load_max'))} |"
+                  f"{_corr(v.get('held_out_split_run_to_run_error_rank'))} | {_corr(v.get('load_max'))} | "
+                  f"{_pct(v.get('other_cpu_max'))} | {_pct(v.get('steal_max'))} |"
                   for model, v in summary["validation"].items()]
         misses = [line for model, v in summary["validation"].items() for line in target_misses(model, v)]
         lines += ["", *(misses or ["Every held-out split row meets the bars."])]

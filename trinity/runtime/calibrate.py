@@ -87,7 +87,8 @@ from trinity.cluster import Cluster, cluster_from_dict
 from trinity.errors import TrinityError
 from trinity.graph.ir import OpGraph
 from trinity.progress import progress as progress_bar
-from trinity.runtime.runner import Runner, machine_load, placed_graph_def
+from trinity.machine import MachineWatch
+from trinity.runtime.runner import Runner, placed_graph_def
 from trinity.runtime.workers import WorkerError, Workers
 
 DEFAULT_SIZES = (4_096, 65_536, 524_288, 2_097_152, 8_388_608, 33_554_432)
@@ -241,13 +242,14 @@ def measure_shared_machine(graph: OpGraph, graph_def: bytes, workers: Workers, *
       copy on each at once (AB), the runner's session settings. One thread per worker is busy all
       step long, so under the simulator's term AB = max(A, B) + c min(A, B) + s.
 
-    Interleaved repeats in rotating order; medians. The machine's 1-minute load before and after
-    is part of the answer (other work on the machine reads as co-run slowdown)."""
+    Interleaved repeats in rotating order; medians. The machine's 1-minute load before and after, and
+    the shares of the cores' time other processes and other virtual machines took meanwhile
+    (`trinity.machine`), are part of the answer (other work on the machine reads as co-run slowdown)."""
     import tensorflow as tf
 
     if workers.n < 2:
         raise WorkerError("measuring co-running workers needs at least 2 workers", field="workers")
-    load_before = machine_load()
+    watch = MachineWatch()
     runner = Runner(graph, graph_def, workers, timeout_s=timeout_s)
     devices = workers.devices
     tf_graph = tf.Graph()
@@ -290,7 +292,7 @@ def measure_shared_machine(graph: OpGraph, graph_def: bytes, workers: Workers, *
     return {"corun_slowdown": corun, "step_sync_us": sync, "median_us": med,
             "iqr_us": {k: [float(q) for q in np.percentile(v, [25, 75])] for k, v in times.items()},
             "repeats": repeats, "sync_repeats": sync_repeats,
-            "load_before": load_before, "load_after": machine_load()}
+            **watch.metrics()}
 
 
 FIT_PLACERS = ("metis", "m-etf", "m-topo", "expert", "round-robin")
@@ -497,7 +499,7 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
     from trinity.placers import place_each
     from trinity.runtime.runner import worker_cluster
 
-    load_before = machine_load()
+    watch = MachineWatch()
     link = measure_link(workers, repeats=link_repeats, progress=progress)
     costed, profile = profile_on_worker(graph, graph_def, workers, steps=steps, warmup=warmup, progress=progress)
     trace_scale = profile["trace_scale"]
@@ -529,7 +531,7 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
     doc = worker_cluster_yaml(workers, link, memory, fit, shared=shared)
     cluster = cluster_from_dict(doc, "calibration")
     report = {"link": link.to_dict(), "shared_machine": shared,
-              "load": {"before": load_before, "after": machine_load()},
+              "machine": watch.metrics(),
               "transfer_fit": {"send_cpu_share": fit.send_cpu_share, "latency_scale": fit.latency_scale,
                                "receive_cpu_share": fit.receive_cpu_share,
                                "link_streams": fit.link_streams, "mean_error": fit.error,

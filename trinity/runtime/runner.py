@@ -30,13 +30,14 @@ then (1 traced step in 6 to 1 in 40 here, `make trace-completeness`), so the
 records of all traced steps are pooled (`Measurement.add_trace`). Every
 wait has a timeout: a run that does not finish raises `WorkerError` instead
 of hanging. The machine's 1-minute load
-average is recorded before and after every run (the workers are pinned to
-cores, but nothing stops other jobs from using them).
+average is recorded before and after every run, and the shares of the
+cores' time that other processes and other virtual machines took during it
+(`trinity.machine`: the workers are pinned to cores, but nothing stops other
+jobs from using them).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import statistics
 import time
@@ -48,17 +49,13 @@ import numpy as np
 from trinity.cluster import Cluster, cluster_from_dict
 from trinity.errors import PlacementError
 from trinity.graph.ir import OpGraph
+from trinity.machine import cpu_sample, interference, machine_load
 from trinity.placement import check_placement
 from trinity.profile.tf_profile import available_memory_bytes
 from trinity.progress import progress as progress_bar
 from trinity.runtime.workers import WorkerError, Workers
 
 RUN_TIMEOUT_S = 300.0
-
-
-def machine_load() -> float:
-    """This machine's 1-minute load average: recorded beside every real measurement."""
-    return float(os.getloadavg()[0])
 
 
 @dataclass
@@ -78,6 +75,9 @@ class Measurement:
     overridden: list[tuple[str, str, str]] = field(default_factory=list)  # (op, asked, ran)
     setup_s: float = 0.0  # session creation, initialisation and warm-up, summed over rounds
     load: list[float] = field(default_factory=list)  # the machine's 1-minute load before and after each run
+    # per run, the shares of the cores' time other processes and other virtual machines took (`trinity.machine`)
+    other_cpu: list[float] = field(default_factory=list)
+    steal: list[float] = field(default_factory=list)
     # the last traced step's ops (task, node, start from the step's first op, duration), with `measure`'s keep_ops
     op_trace: list[tuple[int, str, float, float]] = field(default_factory=list)
     # and its tensors that crossed (`transfer_records`: producer, output, source task, destination task, bytes,
@@ -138,6 +138,8 @@ class Measurement:
         return {"strategy": self.name, "real_step_ms": self.median_us / 1e3, "real_spread": self.spread,
                 "real_q1_ms": q1 / 1e3, "real_q3_ms": q3 / 1e3,
                 "load_min": min(self.load, default=float("nan")), "load_max": max(self.load, default=float("nan")),
+                "other_cpu_max": max(self.other_cpu, default=float("nan")),
+                "steal_max": max(self.steal, default=float("nan")),
                 "real_steps": len(self.step_us), "real_crossed_MB": self.crossed_bytes / 1e6,
                 "real_transfers": self.transfers, "real_transfers_missing": self.transfers_missing,
                 "real_peak_memory_GB": max(self.peak_memory_bytes, default=0) / 1e9,
@@ -270,17 +272,25 @@ def transfer_records(run_metadata, devices: list[str]) -> list[tuple[str, int, i
     """(producer, output, source task, destination task, bytes, start, end) of every tensor a traced step moved
     between ``devices``, times in us after the step's first op (as `op_records`). A ``RecvTensor`` record starts
     when the sender began to send the tensor (the later of the call's start and the response's send start) and
-    ends when it arrived; an empty tensor (a control edge's) has output 0 and 0 bytes."""
+    ends when it arrived; an empty tensor (a control edge's) has 0 bytes. The record names the edge, not the
+    output (``edge_<id>_<producer>``): the partition graph's ``_Send`` of that edge reads it (``producer:k``)."""
     task = {d: i for i, d in enumerate(devices)}
     stats, first = _worker_stats(run_metadata, devices)
+    sent = {}  # edge name -> (producer, output), from the sends' inputs
+    for pg in run_metadata.partition_graphs:
+        for node in pg.node:
+            if node.op in ("_Send", "_HostSend") and node.input:
+                producer, _, output = node.input[0].partition(":")
+                sent[node.attr["tensor_name"].s.decode()] = (producer, int(output or 0))
     records = []
     for _, ns in stats:
         match = _RECV_LABEL.match(ns.timeline_label) if ns.node_name == "RecvTensor" else None
         if match is None or match[3] not in task or match[4] not in task:
             continue
-        producer, _, output = match[2].partition(":")
+        name, _, output = match[2].partition(":")  # a label without its partition graphs: the name's own
+        producer, output = sent.get(match[1], (name, int(output or 0)))
         start = float(ns.all_start_micros + ns.op_start_rel_micros - first)
-        records.append((producer, int(output or 0), task[match[3]], task[match[4]], _tensor_bytes(ns), start,
+        records.append((producer, output, task[match[3]], task[match[4]], _tensor_bytes(ns), start,
                         start + float(ns.op_end_rel_micros - ns.op_start_rel_micros)))
     return records
 
@@ -382,6 +392,7 @@ class Runner:
         self.workers.check()
         m = into or Measurement(name)
         m.load.append(machine_load())
+        sample = cpu_sample()
         asked = {op.name: self.workers.devices[int(d)] for op, d in zip(self.graph.ops, placement)}
         tf_graph = tf.Graph()
         with tf_graph.as_default():
@@ -410,6 +421,9 @@ class Runner:
                     m.op_trace = op_records(md, self.workers.devices)
                     m.transfer_trace = transfer_records(md, self.workers.devices)
         m.load.append(machine_load())
+        shares = interference(sample, cpu_sample())
+        m.other_cpu.append(shares["other_cpu"])
+        m.steal.append(shares["steal"])
         return m
 
     @staticmethod

@@ -282,7 +282,8 @@ def error_summary(table: pd.DataFrame) -> dict:
         "held_out_split_comm_error_floor_max": q(comm_error_floor(recorded), 1.0),
         "held_out_split_comm_unrecorded": int(unrecorded.sum()),
         **_noise(held_out_split, "held_out_split_"),
-        "load_max": float(measured["load_max"].max()) if "load_max" in measured and len(measured) else float("nan"),
+        **{key: float(measured[key].max()) if key in measured and len(measured) else float("nan")
+           for key in ("load_max", "other_cpu_max", "steal_max")},  # what else the machine did (trinity.machine)
         "anchor_scale": (float(measured["anchor_scale"].dropna().iloc[0])  # op times x this (module doc)
                          if "anchor_scale" in measured and measured["anchor_scale"].notna().any() else float("nan")),
         "comm_error_median": q(comm, 0.5),

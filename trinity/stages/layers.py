@@ -9,7 +9,7 @@ import time
 
 from omegaconf import DictConfig, OmegaConf
 
-from trinity.runtime.runner import machine_load
+from trinity.machine import MachineWatch
 from trinity.stages import config
 
 
@@ -17,7 +17,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     from trinity.profile.layers import profile_layers
 
     spec, p = cfg.models[job.model], cfg.pipeline_parallel.layers
-    load_before, t0 = machine_load(), time.perf_counter()  # a timing: the machine's load is recorded
+    watch, t0 = MachineWatch(), time.perf_counter()  # a timing: what else the machine did is recorded
     profile = profile_layers(spec.name, spec.batch, steps=int(p.steps), warmup=int(p.warmup), threads=int(p.threads),
                              **OmegaConf.to_container(spec.options))
     out = config.layers_file(cfg, job.model)
@@ -25,6 +25,6 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     work_ms = sum(layer.forward_us + layer.backward_us for layer in profile.layers) / 1e3
     tracker.log_metrics({"layers/count": profile.n_layers, "layers/step_compute_ms": work_ms,
                          "layers/seconds": time.perf_counter() - t0,
-                         "layers/load_before": load_before, "layers/load_after": machine_load()}, step=0)
+                         **{f"layers/{k}": v for k, v in watch.metrics().items()}}, step=0)
     print(f"layers {job.model}: {profile.n_layers} layers, {work_ms:.1f} ms of forward + backward at batch "
           f"{profile.batch} -> {out}")

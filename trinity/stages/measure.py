@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trinity.errors import TrinityError
 from trinity.fileio import read_json, write_json
-from trinity.runtime.runner import machine_load
+from trinity.machine import MachineWatch
 from trinity.stages import config
 
 
@@ -29,7 +29,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     profile = config.layer_profile(cfg, job.model)
     out = config.measure_dir(cfg, job)
     options = OmegaConf.to_container(spec.options)
-    load_before = machine_load()  # ranks are pinned to cores, but other jobs may share them: recorded
+    watch = MachineWatch()  # ranks are pinned to cores, but other jobs may share them: recorded
     if kind == "pipeline-parallel":
         metrics = _pipeline(cfg, job, cluster, spec.name, profile, options, out)
     elif kind == "data-parallel":
@@ -37,7 +37,7 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     else:
         raise TrinityError(f"method {job.method!r} is a {kind} method; measure takes pipeline-parallel or "
                            f"data-parallel methods", field=f"methods.{job.method}.kind")
-    metrics["load_before"], metrics["load_after"] = load_before, machine_load()
+    metrics.update(watch.metrics())
     real_ms, sim_ms = metrics["real_step_ms"], metrics["sim_step_ms"]
     metrics["step_error"] = None if real_ms is None else (sim_ms - real_ms) / real_ms
     out.mkdir(parents=True, exist_ok=True)

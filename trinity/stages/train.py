@@ -18,12 +18,13 @@ from omegaconf import DictConfig
 
 from trinity.errors import TrinityError
 from trinity.fileio import atomic_write_bytes, write_json
-from trinity.runtime.runner import machine_load
+from trinity.machine import MachineWatch
 from trinity.stages import config
 
 #: what metrics.json keeps of a run's result (the curve and per-rank lists stay in result.json)
 SUMMARY = ("method", "seed", "data", "time_to_target_s", "target_val_loss", "train_time_s", "final_val_loss",
-           "final_val_acc", "sent_bytes", "resumed_from_epoch", "load_before", "load_after")
+           "final_val_acc", "sent_bytes", "resumed_from_epoch", "load_before", "load_after",
+           "other_cpu", "steal")
 
 
 def run_dir(cfg: DictConfig, job: config.Job) -> Path:
@@ -45,10 +46,10 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     resume = (folder / CHECKPOINT).exists()
     if resume:
         print(f"resuming {folder} from its checkpoint")
-    load_before = machine_load()  # ranks are pinned to cores, but other jobs may share them: recorded
+    watch = MachineWatch()  # ranks are pinned to cores, but other jobs may share them: recorded
     result = train(str(method.method), seed=job.seed, config=train_cfg, out_dir=folder,
                    timeout_s=float(cfg.data_parallel.timeout_s), resume=resume)
-    result["load_before"], result["load_after"] = load_before, machine_load()
+    result.update(watch.metrics())
     out = config.train_dir(cfg, job)
     curve = pd.DataFrame(result["curve"])
     atomic_write_bytes(out / "curve.csv", curve.to_csv(index=False).encode())

@@ -10,7 +10,7 @@ import time
 
 from omegaconf import DictConfig, OmegaConf
 
-from trinity.runtime.runner import machine_load
+from trinity.machine import MachineWatch
 from trinity.stages import config
 
 
@@ -18,13 +18,13 @@ def run(cfg: DictConfig, job: config.Job, tracker) -> None:
     from trinity.profile.whole_step import profile_whole_step
 
     spec, p = cfg.models[job.model], cfg.pipeline_parallel.whole_step
-    load_before, t0 = machine_load(), time.perf_counter()  # a timing: the machine's load is recorded
+    watch, t0 = MachineWatch(), time.perf_counter()  # a timing: what else the machine did is recorded
     profile = profile_whole_step(spec.name, spec.batch, steps=int(p.steps), warmup=int(p.warmup),
                                  threads=int(p.threads), **OmegaConf.to_container(spec.options))
     out = config.whole_step_file(cfg, job.model)
     profile.save(out)
     tracker.log_metrics({"whole_step/batch_ms": profile.step_us[-1] / 1e3,
                          "whole_step/seconds": time.perf_counter() - t0,
-                         "whole_step/load_before": load_before, "whole_step/load_after": machine_load()}, step=0)
+                         **{f"whole_step/{k}": v for k, v in watch.metrics().items()}}, step=0)
     times = ", ".join(f"{s}: {t / 1e3:.1f}" for s, t in zip(profile.samples, profile.step_us))
     print(f"whole_step {job.model}: ms per step by samples {{{times}}} -> {out}")
