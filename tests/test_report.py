@@ -501,23 +501,25 @@ def test_communication_error_below_a_megabyte_is_read_against_one():
 
 
 def test_bytes_are_compared_only_where_the_traced_steps_recorded_every_crossing():
-    """Three held-out splits: a and c recorded every tensor that crossed (1% and 2% off), b's traced steps
-    missed 12 tensors (read 55 of 100 MB: 45% off by the measurement, not the simulator): b is counted apart."""
+    """Four held-out splits: a and c recorded every tensor that crossed (1% and 2% off), b's traced steps
+    missed 12 tensors (read 55 of 100 MB: 45% off by the measurement, not the simulator) and d's every one of
+    its 5: b and d are counted apart, and d still counts as a split."""
     from trinity.report.summary import target_misses
     from trinity.runtime.validate import error_summary
 
-    rows = pd.DataFrame({"strategy": ["a", "b", "c"], "calibration_set": False, "sim_step_ms": [10.0, 20.0, 30.0],
-                         "real_step_ms": [10.0, 20.0, 30.0], "step_error": 0.0, "sim_comm_MB": [10.1, 100.0, 5.1],
-                         "real_crossed_MB": [10.0, 55.0, 5.0], "real_transfers_missing": [0, 12, 0],
+    rows = pd.DataFrame({"strategy": ["a", "b", "c", "d"], "calibration_set": False,
+                         "sim_step_ms": [10.0, 20.0, 30.0, 40.0], "real_step_ms": [10.0, 20.0, 30.0, 40.0],
+                         "step_error": 0.0, "sim_comm_MB": [10.1, 100.0, 5.1, 2.0],
+                         "real_crossed_MB": [10.0, 55.0, 5.0, 0.0], "real_transfers_missing": [0, 12, 0, 5],
                          "overridden": 0})
     rows["comm_error"] = (rows["sim_comm_MB"] - rows["real_crossed_MB"]) / rows["real_crossed_MB"]
     s = error_summary(rows)
-    assert s["held_out_split_strategies"] == 3 and s["held_out_split_comm_unrecorded"] == 1
+    assert s["held_out_split_strategies"] == 4 and s["held_out_split_comm_unrecorded"] == 2
     assert s["held_out_split_comm_error_max"] == pytest.approx(0.02)
     assert s["held_out_split_comm_error_floor_max"] == pytest.approx(0.02)
     assert s["held_out_split_comm_error_median"] == pytest.approx(0.015)
     before = error_summary(rows.drop(columns="real_transfers_missing"))  # a table from before the count: all compared
-    assert before["held_out_split_comm_unrecorded"] == 0
+    assert before["held_out_split_strategies"] == 3 and before["held_out_split_comm_unrecorded"] == 0
     assert before["held_out_split_comm_error_max"] == pytest.approx(45 / 55)
     v = {"held_out_split_step_error_median": 0.05, "held_out_split_rank_correlation": 0.9,
          "held_out_split_comm_error_floor_max": 0.02, "held_out_split_comm_unrecorded": 1}

@@ -26,8 +26,8 @@ minutes: interleaving spreads the drift evenly instead of charging it to
 whichever strategy ran last. It traces a step in each of the first two
 rounds, and in each later round while some tensor that crossed has no record
 yet: a traced step loses every ``RecvTensor`` record of one worker now and
-then (1 traced step in 6 to 1 in 40 here, `make trace-completeness`), so the
-records of all traced steps are pooled (`Measurement.add_trace`). Every
+then (1 of 36 traced steps in `make trace-completeness`'s committed run), so
+the records of all traced steps are pooled (`Measurement.add_trace`). Every
 wait has a timeout: a run that does not finish raises `WorkerError` instead
 of hanging. The machine's 1-minute load
 average is recorded before and after every run, and the shares of the

@@ -310,8 +310,12 @@ def fit_set_rows(table: pd.DataFrame) -> pd.Series:
 
 def held_out_split_rows(table: pd.DataFrame) -> pd.Series:
     """What a search is judged by: the strategies the calibration never saw that split the step over
-    workers (bool per row; rows measured, with ``calibration_set`` and ``real_crossed_MB``)."""
-    return ~table["calibration_set"].astype(bool) & (table["real_crossed_MB"] > 0)
+    workers (bool per row; rows measured, with ``calibration_set`` and ``real_crossed_MB``; one whose traced
+    steps lost every record of what crossed still split it)."""
+    crossed = table["real_crossed_MB"] > 0
+    if "real_transfers_missing" in table:
+        crossed |= table["real_transfers_missing"].fillna(0) > 0
+    return ~table["calibration_set"].astype(bool) & crossed
 
 
 def _noise(rows: pd.DataFrame, prefix: str) -> dict:
