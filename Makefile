@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces trace-completeness interference-check validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces trace-completeness interference-check step-start validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -498,6 +498,12 @@ trace-completeness: params  ## how often a traced step loses the records of what
 interference-check: params  ## does a measurement see another job on its cores? quiet runs against a busy loop on a worker's core (~3 min)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc repro export@inception_v3
 	$(PY) benchmarks/interference_check.py --csv reports/interference_check.csv
+
+step-start: params  ## when each worker starts its part of an untraced step, InceptionV3 at batch 64 and 8 (~7 min)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc repro export@inception_v3
+	d=$$(mktemp -d) && $(VENV)/bin/trinity export inception_v3 --batch 8 --out $$d/graph.json.gz \
+	  && $(PY) benchmarks/step_start.py --graph data/inception_v3/export/graph.json.gz --graph $$d/graph.json.gz \
+	  --csv reports/step_start.csv; rc=$$?; rm -rf $$d; exit $$rc
 
 validation-fit-set: $(STAMP)  ## the transfer model fitted with half the held-out splits, judged on the rest (~3 min)
 	$(PY) benchmarks/validation_fit_set.py results/validate/inception_v3 --csv reports/validation_fit_set.csv
