@@ -72,3 +72,12 @@ def test_a_watch_on_this_machine_records_load_and_shares():
     assert set(metrics) == {"load_before", "load_after", "other_cpu", "steal"}
     if os.path.exists("/proc/stat"):
         assert all(0 <= metrics[k] <= 1 or math.isnan(metrics[k]) for k in ("other_cpu", "steal"))
+
+
+def test_a_process_gone_or_half_read_is_left_out_of_the_table(tmp_path):
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "stat").write_text("")  # read as the process exited
+    (tmp_path / "8").mkdir()  # no stat at all
+    (tmp_path / "9").mkdir()
+    (tmp_path / "9" / "stat").write_text("9 (ok) S 1 9 9 0 -1 0 0 0 0 0 4 5 0 0 20 0\n")
+    assert _process_table(tmp_path) == {9: (1, 9)}

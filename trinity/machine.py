@@ -61,10 +61,10 @@ def _process_table(proc: Path) -> dict[int, tuple[int, int]]:
             continue
         try:
             text = (entry / "stat").read_text()
-        except OSError:  # gone since the listing
+            rest = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+            table[int(entry.name)] = (int(rest[1]), sum(int(x) for x in rest[11:15]))
+        except (OSError, ValueError, IndexError):  # gone since the listing, or read as it went
             continue
-        rest = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
-        table[int(entry.name)] = (int(rest[1]), sum(int(x) for x in rest[11:15]))
     return table
 
 
