@@ -499,7 +499,7 @@ interference-check: params  ## does a measurement see another job on its cores? 
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc repro export@inception_v3
 	$(PY) benchmarks/interference_check.py --csv reports/interference_check.csv
 
-step-start: params  ## when each worker starts its part of an untraced step, InceptionV3 at batch 64 and 8 (~7 min)
+step-start: params  ## when each worker starts its part of an untraced step, InceptionV3 at batch 64 and 8 (~10 min)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc repro export@inception_v3
 	d=$$(mktemp -d) && $(VENV)/bin/trinity export inception_v3 --batch 8 --out $$d/graph.json.gz \
 	  && $(PY) benchmarks/step_start.py --graph data/inception_v3/export/graph.json.gz --graph $$d/graph.json.gz \

@@ -7,10 +7,13 @@ generation alone takes tens of ms. This stamps the start itself: a ``Timestamp``
 root op placed there waits for (so it runs first), fetched with the step, against the client's wall clock just
 before the call (one machine, one clock). Placers' strategies of each exported model (``--graph``, repeatable)
 run on 2 pinned local workers in interleaved rounds of fresh sessions, 2 untimed steps and ``--steps`` timed ones
-each, untraced. One row per timed step: the step and each worker's start after the call; the printed summary
-gives per model and strategy the medians and the range of the second worker's start after the first's.
+each, untraced, then one traced step that counts the tensors crossing between the workers (the partition graphs'
+receives, `trace_transfers`, control tensors included). One row per timed step: the step, each worker's start
+after the call and the crossings. The summary (``--summary-csv``) gives per model and strategy the medians, the
+range of the second worker's start after the first's, and the later worker's median start against a line fitted
+per model through every strategy's (crossings, later start): its intercept and its slope in us per crossing.
 
-    make step-start   # -> reports/step_start.csv (~7 min)
+    make step-start   # -> reports/step_start.csv, reports/step_start_summary.csv (~10 min)
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ from trinity.cluster import load_cluster
 from trinity.errors import TrinityError, run_main
 from trinity.export import load_exported
 from trinity.placers import place
-from trinity.runtime.runner import Runner, placed_graph_def
+from trinity.runtime.runner import Runner, placed_graph_def, trace_transfers
 from trinity.runtime.workers import LocalWorkers
 
-#: the whole step on each worker, a split with few crossings, a balanced cut and a chain over both workers
-PLACERS = ("m-etf", "metis", "m-topo")
+#: beside the whole step on each worker: splits from a few crossings (m-ETF, METIS) to a thousand and more
+PLACERS = ("m-etf", "metis", "expert", "m-topo", "round-robin")
 
 
 def stamped(graph_def, devices: list[str]):
@@ -49,13 +52,19 @@ def stamped(graph_def, devices: list[str]):
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per model and strategy: timed steps, medians of the step and of each worker's start, and the range of
-    worker 1's start after worker 0's."""
+    """Per model and strategy: timed steps, crossings, medians of the step and of each worker's start, the range
+    of worker 1's start after worker 0's, the later worker's median start, and the line fitted per model through
+    (crossings, later start) of its strategies (intercept ms, slope us per crossing)."""
     table = table.assign(skew_ms=table["start1_ms"] - table["start0_ms"])
-    return table.groupby(["graph", "strategy"], sort=False).agg(
-        steps=("step_ms", "size"), step_ms=("step_ms", "median"), start0_ms=("start0_ms", "median"),
-        start1_ms=("start1_ms", "median"), skew_min_ms=("skew_ms", "min"), skew_median_ms=("skew_ms", "median"),
-        skew_max_ms=("skew_ms", "max")).reset_index()
+    out = table.groupby(["graph", "strategy"], sort=False).agg(
+        steps=("step_ms", "size"), crossings=("crossings", "median"), step_ms=("step_ms", "median"),
+        start0_ms=("start0_ms", "median"), start1_ms=("start1_ms", "median"), skew_min_ms=("skew_ms", "min"),
+        skew_median_ms=("skew_ms", "median"), skew_max_ms=("skew_ms", "max")).reset_index()
+    out["later_start_ms"] = out[["start0_ms", "start1_ms"]].max(axis=1)
+    for _, rows in out.groupby("graph", sort=False):
+        slope, intercept = np.polyfit(rows["crossings"], rows["later_start_ms"], 1) if len(rows) > 1 else (np.nan,) * 2
+        out.loc[rows.index, "fit_intercept_ms"], out.loc[rows.index, "fit_us_per_crossing"] = intercept, slope * 1e3
+    return out
 
 
 def main(argv=None) -> None:
@@ -68,6 +77,7 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of fresh sessions")
     p.add_argument("--steps", type=int, default=3, help="timed steps per session (after 2 untimed)")
     p.add_argument("--csv", default="reports/step_start.csv")
+    p.add_argument("--summary-csv", default="reports/step_start_summary.csv")
     args = p.parse_args(argv)
     for field, value in (("--rounds", args.rounds), ("--steps", args.steps)):
         if value < 1:
@@ -96,17 +106,23 @@ def main(argv=None) -> None:
                     runner._run(sess, graph.meta["init_op"], f"initialising {name}")
                     for _ in range(2):
                         runner._run(sess, runner.fetches + starts, f"a step of {name}")
+                    timed = []
                     for _ in range(args.steps):
                         call = time.time()
                         out, _ = runner._run(sess, runner.fetches + starts, f"a step of {name}")
-                        rows.append({"graph": f"{graph.name} b{graph.meta.get('batch_size', '?')}", "strategy": name,
-                                     "round": r, "step_ms": (time.time() - call) * 1e3,
-                                     "start0_ms": (out[-2] - call) * 1e3, "start1_ms": (out[-1] - call) * 1e3})
+                        timed.append({"graph": f"{graph.name} b{graph.meta.get('batch_size', '?')}",
+                                      "strategy": name, "round": r, "step_ms": (time.time() - call) * 1e3,
+                                      "start0_ms": (out[-2] - call) * 1e3, "start1_ms": (out[-1] - call) * 1e3})
+                    _, traced = runner._run(sess, runner.fetches, f"a traced step of {name}", trace=True)
+                    crossings = len(trace_transfers(traced, workers.devices)[0])
+                    rows += [{**row, "crossings": crossings} for row in timed]
     table = pd.DataFrame(rows)
     table.to_csv(args.csv, index=False)
-    pd.set_option("display.width", 200)
-    print(summary(table).round(2).to_string(index=False))
-    print(f"-> {args.csv}")
+    table = summary(table)
+    table.to_csv(args.summary_csv, index=False)
+    pd.set_option("display.width", 250)
+    print(table.round(2).to_string(index=False))
+    print(f"-> {args.csv}, {args.summary_csv}")
 
 
 if __name__ == "__main__":

@@ -28,13 +28,16 @@ def test_each_worker_gets_a_stamp_that_its_root_ops_wait_for():
 def test_the_summary_gives_medians_and_the_second_workers_start_after_the_first():
     ss = benchmark_script("step_start")
     table = pd.DataFrame({"graph": "m b8", "strategy": ["s", "s", "s", "t"], "round": [0, 0, 1, 0],
+                          "crossings": [7, 7, 7, 0],
                           "step_ms": [100.0, 110.0, 130.0, 50.0], "start0_ms": [1.0, 2.0, 1.5, 1.0],
                           "start1_ms": [1.5, 12.0, 1.0, 1.2]})
     rows = ss.summary(table).set_index("strategy")
+    # the later worker's median start: 1.5 ms at 7 crossings, 1.2 at none: 0.3 ms over 7 crossings
     assert rows.loc["s"].drop("graph").to_dict() == pytest.approx(
-        {"steps": 3, "step_ms": 110.0, "start0_ms": 1.5, "start1_ms": 1.5, "skew_min_ms": -0.5,
-         "skew_median_ms": 0.5, "skew_max_ms": 10.0})
-    assert rows.loc["t", "skew_median_ms"] == pytest.approx(0.2)
+        {"steps": 3, "crossings": 7, "step_ms": 110.0, "start0_ms": 1.5, "start1_ms": 1.5, "skew_min_ms": -0.5,
+         "skew_median_ms": 0.5, "skew_max_ms": 10.0, "later_start_ms": 1.5, "fit_intercept_ms": 1.2,
+         "fit_us_per_crossing": 300 / 7})
+    assert rows.loc["t", "skew_median_ms"] == pytest.approx(0.2) and rows.loc["t", "later_start_ms"] == 1.2
 
 
 def test_bad_arguments_are_refused_in_one_line_naming_them(tmp_path):
