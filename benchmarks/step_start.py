@@ -8,8 +8,8 @@ root op placed there waits for (so it runs first), fetched with the step, agains
 before the call (one machine, one clock). Placers' strategies of each exported model (``--graph``, repeatable)
 run on 2 pinned local workers in interleaved rounds of fresh sessions, 2 untimed steps and ``--steps`` timed ones
 each, untraced, then one traced step that counts the tensors crossing between the workers (the partition graphs'
-receives, `trace_transfers`, control tensors included). One row per timed step: the step, each worker's start
-after the call and the crossings. The summary (``--summary-csv``) gives per model and strategy the medians, the
+receives, `trace_transfers`, control tensors included), and those each worker receives. One row per timed step:
+the step, each worker's start after the call, the crossings and each worker's receives. The summary (``--summary-csv``) gives per model and strategy the medians, the
 range of the second worker's start after the first's, and the later worker's median start against a line fitted
 per model through every strategy's (crossings, later start): its intercept and its slope in us per crossing.
 
@@ -51,13 +51,27 @@ def stamped(graph_def, devices: list[str]):
     return out
 
 
+def receives(run_metadata, devices: list[str]) -> list[int]:
+    """How many tensors each of ``devices`` receives from another in a step (its partition graph's ``_Recv``
+    and ``_HostRecv`` nodes from another of ``devices``)."""
+    counts = [0] * len(devices)
+    for pg in run_metadata.partition_graphs:
+        for node in pg.node:
+            if node.op in ("_Recv", "_HostRecv"):
+                src, dst = node.attr["send_device"].s.decode(), node.attr["recv_device"].s.decode()
+                if src != dst and src in devices and dst in devices:
+                    counts[devices.index(dst)] += 1
+    return counts
+
+
 def summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per model and strategy: timed steps, crossings, medians of the step and of each worker's start, the range
     of worker 1's start after worker 0's, the later worker's median start, and the line fitted per model through
     (crossings, later start) of its strategies (intercept ms, slope us per crossing)."""
     table = table.assign(skew_ms=table["start1_ms"] - table["start0_ms"])
     out = table.groupby(["graph", "strategy"], sort=False).agg(
-        steps=("step_ms", "size"), crossings=("crossings", "median"), step_ms=("step_ms", "median"),
+        steps=("step_ms", "size"), crossings=("crossings", "median"), received0=("received0", "median"),
+        received1=("received1", "median"), step_ms=("step_ms", "median"),
         start0_ms=("start0_ms", "median"), start1_ms=("start1_ms", "median"), skew_min_ms=("skew_ms", "min"),
         skew_median_ms=("skew_ms", "median"), skew_max_ms=("skew_ms", "max")).reset_index()
     out["later_start_ms"] = out[["start0_ms", "start1_ms"]].max(axis=1)
@@ -115,7 +129,9 @@ def main(argv=None) -> None:
                                       "start0_ms": (out[-2] - call) * 1e3, "start1_ms": (out[-1] - call) * 1e3})
                     _, traced = runner._run(sess, runner.fetches, f"a traced step of {name}", trace=True)
                     crossings = len(trace_transfers(traced, workers.devices)[0])
-                    rows += [{**row, "crossings": crossings} for row in timed]
+                    received = receives(traced, workers.devices)
+                    rows += [{**row, "crossings": crossings, "received0": received[0], "received1": received[1]}
+                             for row in timed]
     table = pd.DataFrame(rows)
     table.to_csv(args.csv, index=False)
     table = summary(table)

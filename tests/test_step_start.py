@@ -25,16 +25,29 @@ def test_each_worker_gets_a_stamp_that_its_root_ops_wait_for():
     assert [n.name for n in graph_def.node] == ["x", "y", "z", "c"]  # the input is left as it was
 
 
+def test_receives_count_each_workers_recvs_from_the_other():
+    tf = pytest.importorskip("tensorflow")
+    ss = benchmark_script("step_start")
+    w0, w1, client = task_device(0), task_device(1), "/job:localhost/replica:0/task:0/device:CPU:0"
+    md = tf.compat.v1.RunMetadata()
+    pg = md.partition_graphs.add()
+    for op, src, dst in (("_Recv", w0, w1), ("_HostRecv", w0, w1), ("_Recv", w1, w0), ("_Recv", client, w0),
+                         ("_Send", w0, w1), ("_Recv", w1, w1)):
+        node = pg.node.add(name=f"n{len(pg.node)}", op=op, device=dst)
+        node.attr["send_device"].s, node.attr["recv_device"].s = src.encode(), dst.encode()
+    assert ss.receives(md, [w0, w1]) == [1, 2]
+
+
 def test_the_summary_gives_medians_and_the_second_workers_start_after_the_first():
     ss = benchmark_script("step_start")
     table = pd.DataFrame({"graph": "m b8", "strategy": ["s", "s", "s", "t"], "round": [0, 0, 1, 0],
-                          "crossings": [7, 7, 7, 0],
+                          "crossings": [7, 7, 7, 0], "received0": [3, 3, 3, 0], "received1": [4, 4, 4, 0],
                           "step_ms": [100.0, 110.0, 130.0, 50.0], "start0_ms": [1.0, 2.0, 1.5, 1.0],
                           "start1_ms": [1.5, 12.0, 1.0, 1.2]})
     rows = ss.summary(table).set_index("strategy")
     # the later worker's median start: 1.5 ms at 7 crossings, 1.2 at none: 0.3 ms over 7 crossings
     assert rows.loc["s"].drop("graph").to_dict() == pytest.approx(
-        {"steps": 3, "crossings": 7, "step_ms": 110.0, "start0_ms": 1.5, "start1_ms": 1.5, "skew_min_ms": -0.5,
+        {"steps": 3, "crossings": 7, "received0": 3, "received1": 4, "step_ms": 110.0, "start0_ms": 1.5, "start1_ms": 1.5, "skew_min_ms": -0.5,
          "skew_median_ms": 0.5, "skew_max_ms": 10.0, "later_start_ms": 1.5, "fit_intercept_ms": 1.2,
          "fit_us_per_crossing": 300 / 7})
     assert rows.loc["t", "skew_median_ms"] == pytest.approx(0.2) and rows.loc["t", "later_start_ms"] == 1.2
