@@ -4,14 +4,16 @@ Traced steps (`make validation-op-traces`) had one worker's first graph op start
 a skew the simulator lacks (it starts every device at once). A trace's first op is not the partition's start,
 though: a worker with one inter-op thread runs its ready root ops in its own order, and at batch 64 an input's
 generation alone takes tens of ms. This stamps the start itself: a ``Timestamp`` op on each worker that every
-root op placed there waits for (so it runs first), fetched with the step, against the client's wall clock just
-before the call (one machine, one clock). Placers' strategies of each exported model (``--graph``, repeatable)
-run on 2 pinned local workers in interleaved rounds of fresh sessions, 2 untimed steps and ``--steps`` timed ones
-each, untraced, then one traced step that counts the tensors crossing between the workers (the partition graphs'
-receives, `trace_transfers`, control tensors included), and those each worker receives. One row per timed step:
-the step, each worker's start after the call, the crossings and each worker's receives. The summary (``--summary-csv``) gives per model and strategy the medians, the
-range of the second worker's start after the first's, and the later worker's median start against a line fitted
-per model through every strategy's (crossings, later start): its intercept and its slope in us per crossing.
+root op of the placed graph there waits for (so it runs before all of them; the ``_Recv`` roots TensorFlow adds
+when it partitions the graph are not held), fetched with the step, against the client's wall clock just before
+the call (one machine, one clock). Placers' strategies of each exported model (``--graph``, repeatable) run on 2
+pinned local workers in interleaved rounds of fresh sessions, 2 untimed steps and ``--steps`` timed ones each,
+untraced, then one traced step that counts the tensors crossing between the workers (the partition graphs'
+receives, `trace_transfers`, control tensors included) and those each worker receives. One row per timed step:
+the step, each worker's start after the call, the crossings and each worker's receives. The summary
+(``--summary-csv``) gives per model and strategy the medians, the range of the second worker's start after the
+first's, and the later worker's median start against a line fitted per model through every strategy's
+(crossings, later start): its intercept and its slope in us per crossing.
 
     make step-start   # -> reports/step_start.csv, reports/step_start_summary.csv (~10 min)
 """
@@ -38,7 +40,7 @@ PLACERS = ("m-etf", "metis", "expert", "m-topo", "round-robin")
 
 def stamped(graph_def, devices: list[str]):
     """A copy of ``graph_def`` with a ``Timestamp`` op ``start<k>`` on each device that every node placed there
-    without inputs waits for: the first op each worker runs in a step."""
+    without inputs waits for: it runs before any op of the graph on that worker."""
     import tensorflow as tf
 
     out = tf.compat.v1.GraphDef()
