@@ -58,7 +58,9 @@ def test_two_concurrent_transfers_share_the_shaped_bandwidth():
         (alone,) = _transfers(net, 3_000_000, 1)
         both = _transfers(net, 3_000_000, 2)
     assert 0.12 <= alone <= 0.2  # the shaped rate, not loopback's GB/s
-    assert max(both) >= 1.8 * alone  # they contend: the pair's bytes go through one 20 MB/s port
+    # they contend: the pair's 6 MB go through one 20 MB/s port (0.3 s), longer than one alone can take (read
+    # against the shaped times, not the measured alone, which a loaded machine stretches: 0.166 s beside 0.288)
+    assert max(both) >= 0.24
     assert 6e6 / max(both) == pytest.approx(20e6, rel=0.2)
     assert namespaces_of(os.getpid()) == []
 
