@@ -31,7 +31,7 @@ from trinity.cluster import load_cluster
 from trinity.errors import TrinityError, run_main
 from trinity.export import load_exported
 from trinity.placers import place
-from trinity.runtime.runner import Runner, placed_graph_def, trace_transfers
+from trinity.runtime.runner import Runner, crossing_receives, placed_graph_def, trace_transfers
 from trinity.runtime.workers import LocalWorkers
 
 #: beside the whole step on each worker: splits from a few crossings (m-ETF, METIS) to a thousand and more
@@ -57,12 +57,8 @@ def receives(run_metadata, devices: list[str]) -> list[int]:
     """How many tensors each of ``devices`` receives from another in a step (its partition graph's ``_Recv``
     and ``_HostRecv`` nodes from another of ``devices``)."""
     counts = [0] * len(devices)
-    for pg in run_metadata.partition_graphs:
-        for node in pg.node:
-            if node.op in ("_Recv", "_HostRecv"):
-                src, dst = node.attr["send_device"].s.decode(), node.attr["recv_device"].s.decode()
-                if src != dst and src in devices and dst in devices:
-                    counts[devices.index(dst)] += 1
+    for _, dst in crossing_receives(run_metadata, devices):
+        counts[devices.index(dst)] += 1
     return counts
 
 

@@ -230,18 +230,26 @@ def _trace_figures(run_metadata, graph: OpGraph, asked: dict[str, str], devices:
     return (*trace_transfers(run_metadata, devices), peak, overridden)
 
 
+def crossing_receives(run_metadata, devices: list[str]) -> list[tuple[str, str]]:
+    """(edge name, receiving device) of every tensor the step's partition graphs receive on one of ``devices``
+    from another (their ``_Recv`` and ``_HostRecv`` nodes; ``_HostRecv``: a tensor kept in host memory, such as
+    a shape)."""
+    out = []
+    for pg in run_metadata.partition_graphs:
+        for node in pg.node:
+            if node.op in ("_Recv", "_HostRecv"):
+                src, dst = node.attr["send_device"].s.decode(), node.attr["recv_device"].s.decode()
+                if src != dst and src in devices and dst in devices:
+                    out.append((node.attr["tensor_name"].s.decode(), dst))
+    return out
+
+
 def trace_transfers(run_metadata, devices: list[str]) -> tuple[set[str], dict[str, int]]:
     """(the edge name of every tensor the step's partition graphs receive on one of ``devices`` from another
     (their ``_Recv`` and ``_HostRecv`` nodes), {edge name: bytes} of those the trace has a ``RecvTensor``
     record of). Edge names (``edge_<id>_<node>``) are the same in every session of one placed graph, so the
     records of several traced steps pool by them."""
-    expected = set()
-    for pg in run_metadata.partition_graphs:
-        for node in pg.node:
-            if node.op in ("_Recv", "_HostRecv"):  # _HostRecv: a tensor kept in host memory, such as a shape
-                src, dst = node.attr["send_device"].s.decode(), node.attr["recv_device"].s.decode()
-                if src != dst and src in devices and dst in devices:
-                    expected.add(node.attr["tensor_name"].s.decode())
+    expected = {edge for edge, _ in crossing_receives(run_metadata, devices)}
     recorded = {}
     for dev in run_metadata.step_stats.dev_stats:
         for ns in dev.node_stats:
