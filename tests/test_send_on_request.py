@@ -59,6 +59,33 @@ def test_a_receiver_busy_with_its_own_work_issues_the_request_after_it(order):
     assert off.op_start[2] == 50.0  # off: the tensor arrived at 13, c waits for e alone
 
 
+def test_issuing_a_request_takes_the_receivers_processor_request_cpu_us():
+    # LATE: device 1 runs e (0 -> 50), then issues the request (50 -> 55); device 0, idle, takes it up at once and
+    # the tensor arrives 55 -> 58: c 58 -> 59. Whatever the order, the roots come before the requests
+    for order in ("fifo", "lifo", "lifo-arrivals-last"):
+        for res in both(LATE, ordered(order, send_on_request=True, request_cpu_us=5.0), [0, 0, 1, 1]):
+            assert list(res.op_start) == [0.0, 10.0, 58.0, 0.0] and res.step_time_us == 59.0
+            assert [list(t) for t in res.transfers] == [[0, 0, 0, 1, 1000, 55.0, 58.0]]
+    # HOARDED: device 1 has nothing else to do; it issues the request 0 -> 5 while device 0 runs a and d, and
+    # device 0 takes it up after d as before (30 -> 33): the cost is hidden, the step unchanged (34)
+    for res in both(HOARDED, ordered("lifo-arrivals-last", send_on_request=True, request_cpu_us=5.0), [0, 0, 1]):
+        assert list(res.op_start) == [0.0, 10.0, 33.0] and res.step_time_us == 34.0
+    # one request per copy: a tensor read by two ops on device 1 is asked for once (55, as above, not 60)
+    twice = OpGraph([*LATE.ops, Op("f", "F", 1.0)], [*LATE.edges, Edge("a", "f", 0)])
+    for res in both(twice, ordered("fifo", send_on_request=True, request_cpu_us=5.0), [0, 0, 1, 1, 1]):
+        assert [list(t) for t in res.transfers] == [[0, 0, 0, 1, 1000, 55.0, 58.0]] and res.step_time_us == 60.0
+
+
+def test_request_cpu_us_round_trip_and_refusals():
+    cluster = ordered("lifo", send_on_request=True, request_cpu_us=17.5)
+    assert cluster.request_cpu_us == 17.5 and cluster_from_dict(cluster.to_dict()).request_cpu_us == 17.5
+    assert "request_cpu_us" not in ordered("lifo", send_on_request=True).to_dict()
+    with pytest.raises(ClusterError, match="request_cpu_us.*send_on_request"):
+        ordered("lifo", request_cpu_us=5.0)  # no request to issue without it
+    with pytest.raises(ClusterError, match="request_cpu_us"):
+        ordered("lifo", send_on_request=True, request_cpu_us=-1.0)
+
+
 def test_send_on_request_with_a_cpu_share_and_control_edges():
     # a's 1000 B to c and an empty tensor to b (a control edge a -> b): one request each, issued at 0 in the order
     # their readers come (c, then b). Device 0 takes both up after d (at 30): a's first, its send share of 0.5 of
@@ -122,7 +149,8 @@ def test_fast_equals_reference_with_send_on_request_and_sends_last(seed):
     order = ("fifo", "lifo", "lifo-arrivals-last")[seed % 3]
     cluster = cluster_from_dict({**make_cluster(1 + seed % 4, memory_GB=100.0).to_dict(), **terms,
                                  "ready_order": order, "send_on_request": seed % 6 != 5,
-                                 "sends_last": seed % 2 == 1})
+                                 "sends_last": seed % 2 == 1,
+                                 **({"request_cpu_us": (0.0, 0.7, 3.0, 12.0)[seed % 4]} if seed % 6 != 5 else {})})
     fast, ref = both(graph, cluster, rng.integers(0, cluster.n_devices, graph.n_ops))
     assert fast.step_time_us == ref.step_time_us
     np.testing.assert_array_equal(fast.op_end, ref.op_end)

@@ -83,9 +83,14 @@ issues a ``RecvTensor`` call, and the sender handles the call on its one
 inter-op thread, queued from outside the pool, so after all the work the
 worker readied itself. Each copy's request waits at the far end of the
 receiver's ready list until issued (in the order of the ops that read it),
-then at the far end of the sender's until taken up; neither takes time. A
-tensor done before its request is taken up is held until then (its CPU
-share, if any, is spent then).
+then at the far end of the sender's until taken up. A tensor done before
+its request is taken up is held until then (its CPU share, if any, is
+spent then). Issuing a request takes the receiver's processor
+``request_cpu_us`` (default 0; only with ``send_on_request``): a ``_Recv``
+is an op like any other on the worker's one thread, which creates and
+starts a ``RecvTensor`` call (timed stamps put each received tensor at
+17-20 us of a worker's step start: README, ``make step-start``). Taking
+a request up takes no time.
 
 ``sends_last`` (default false: a sender's CPU share of a transfer joins its
 ready list where its ready order puts newly readied work) puts the sender's
@@ -145,6 +150,7 @@ class Cluster:
     transfer_cpu_us: float = 0.0  # a tensor's transfer costs the processors' shares this much more than its bytes
     send_on_request: bool = False  # a tensor crosses only once the sender has taken up the receiver's request
     sends_last: bool = False  # a sender serialises a tensor with bytes after all the work it has ready
+    request_cpu_us: float = 0.0  # a receiver's processor issues each request in this long (send_on_request)
 
     @property
     def n_devices(self) -> int:
@@ -222,6 +228,7 @@ class Cluster:
             **({"transfer_cpu_us": self.transfer_cpu_us} if self.transfer_cpu_us else {}),
             **({"send_on_request": True} if self.send_on_request else {}),
             **({"sends_last": True} if self.sends_last else {}),
+            **({"request_cpu_us": self.request_cpu_us} if self.request_cpu_us else {}),
             "devices": [{"name": d.name, "kind": d.kind, "speed": d.speed, "memory_GB": d.memory_bytes / 1e9,
                          **({"flops_per_s": d.flops_per_s} if d.flops_per_s else {}),
                          **({"node": d.node} if d.node else {})} for d in self.devices],
@@ -351,9 +358,14 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
     devices = _devices(doc.get("devices"), source)
     bw, lat = _links(doc, [d.name for d in devices], source)
     share, receive_share = (_cpu_share(doc, key, source) for key in ("send_cpu_share", "receive_cpu_share"))
-    corun, sync, per_transfer = (_number(doc, key, "cluster", source, positive=False, default=0.0)
-                                 if doc.get(key) is not None else 0.0
-                                 for key in ("corun_slowdown", "step_sync_us", "transfer_cpu_us"))
+    corun, sync, per_transfer, per_request = (_number(doc, key, "cluster", source, positive=False, default=0.0)
+                                              if doc.get(key) is not None else 0.0
+                                              for key in ("corun_slowdown", "step_sync_us", "transfer_cpu_us",
+                                                          "request_cpu_us"))
+    on_request = _flag(doc, "send_on_request", source)
+    if per_request and not on_request:
+        raise ClusterError("a request's cost needs send_on_request: true (without it no request is simulated)",
+                           source=source, field="request_cpu_us")
     return Cluster(name=str(doc.get("name") or Path(source).stem), devices=tuple(devices), bandwidth=bw, latency=lat,
                    send_cpu_share=share, receive_cpu_share=receive_share, corun_slowdown=corun, step_sync_us=sync,
                    link_streams=_link_streams(1 if doc.get("link_streams") is None else doc["link_streams"], source),
@@ -361,7 +373,7 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>") -> Cluster:
                    ready_order=_choice(doc, "ready_order", READY_ORDERS, source),
                    cpu_share_of=_choice(doc, "cpu_share_of", CPU_SHARE_OF, source),
                    latency_overlaps=_flag(doc, "latency_overlaps", source), transfer_cpu_us=per_transfer,
-                   send_on_request=_flag(doc, "send_on_request", source), sends_last=_flag(doc, "sends_last", source))
+                   send_on_request=on_request, sends_last=_flag(doc, "sends_last", source), request_cpu_us=per_request)
 
 
 def _cpu_share(doc: Mapping, key: str, source: str) -> float:

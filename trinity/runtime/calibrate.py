@@ -329,6 +329,13 @@ CORUN_SLOWDOWNS = FITTED_CORUN_SLOWDOWNS
 #: held-out rank to 0.77 on a fresh validation (README, `make validation-share-of-bytes-fresh`)
 RECEIVE_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 
+#: what issuing one request (a `_Recv`'s `RecvTensor` call) costs the receiving worker's one thread
+#: (`trinity.cluster`'s ``request_cpu_us``), fitted with the rest: timed stamps put a split's later worker
+#: 17-20 us per received tensor into its step (README, `make step-start`). Today's: none (0 alone).
+REQUEST_CPU_US = (0.0,)
+#: the costs `make validation-requests` lets the fit choose from
+FITTED_REQUEST_CPU_US = (0.0, 5.0, 10.0, 20.0, 40.0)
+
 #: how `fit_transfer_model` sums up the fit set's |relative errors|
 OBJECTIVES = {"mean": np.mean, "median": np.median}
 
@@ -343,22 +350,26 @@ class TransferFit:
     error: float  # the objective at the chosen point
     corun_slowdown: float | None = None  # None: the cluster's own (measured) was kept
     receive_cpu_share: float = 0.0
+    request_cpu_us: float = 0.0  # kept 0 where the cluster issues no requests (no ``send_on_request``)
 
     def apply(self, cluster: Cluster) -> Cluster:
         """``cluster`` (its latency the lone round trip's) with this fit's terms."""
         corun = cluster.corun_slowdown if self.corun_slowdown is None else self.corun_slowdown
         return replace(cluster, send_cpu_share=self.send_cpu_share, latency=cluster.latency * self.latency_scale,
-                       link_streams=self.link_streams, corun_slowdown=corun, receive_cpu_share=self.receive_cpu_share)
+                       link_streams=self.link_streams, corun_slowdown=corun, receive_cpu_share=self.receive_cpu_share,
+                       request_cpu_us=self.request_cpu_us if cluster.send_on_request else 0.0)
 
 
 def fit_transfer_model(graph: OpGraph, cluster: Cluster, placements: list[np.ndarray], measured_us: list[float],
                        shares=SEND_SHARES, latency_scales=LATENCY_SCALES,
                        link_streams=LINK_STREAMS, objective: str = "mean",
-                       corun_slowdowns=CORUN_SLOWDOWNS, receive_shares=RECEIVE_SHARES) -> TransferFit:
-    """The grid point (send CPU share, latency scale, link streams, co-running slowdown, receive CPU share)
-    whose simulated step times are closest to ``measured_us``: the smallest mean |relative error| (ties:
-    the smaller share, then the smaller scale, then fewer streams, then the measured slowdown, then the
-    smaller, then the smaller receive share).
+                       corun_slowdowns=CORUN_SLOWDOWNS, receive_shares=RECEIVE_SHARES,
+                       request_costs=REQUEST_CPU_US) -> TransferFit:
+    """The grid point (send CPU share, latency scale, link streams, co-running slowdown, receive CPU share,
+    request cost) whose simulated step times are closest to ``measured_us``: the smallest mean |relative
+    error| (ties: the smaller share, then the smaller scale, then fewer streams, then the measured slowdown,
+    then the smaller, then the smaller receive share, then the smaller request cost; a cluster without
+    ``send_on_request`` issues no requests, and tries 0 alone).
     The mean, not the median (``objective="median"``, the rule before streams): with five placers a
     median lets two of them stay 2x off (NMT's expert and m-TOPO did). ``corun_slowdowns``: values
     tried besides the cluster's own (None: the cluster's alone).
@@ -378,16 +389,17 @@ def fit_transfer_model(graph: OpGraph, cluster: Cluster, placements: list[np.nda
     # the grid changes transfer terms only: op times, bound and placements are checked and computed once
     base = Simulator(graph, cluster)
     placements = [check_placement(graph, cluster, p) for p in placements]
-    grid = itertools.product(shares, latency_scales, link_streams, enumerate(coruns), receive_shares)
-    for share, scale, streams, (rank, corun), receive in grid:
-        fit = TransferFit(float(share), float(scale), int(streams), 0.0, corun, float(receive))
+    requests = sorted(float(c) for c in request_costs) if cluster.send_on_request else [0.0]
+    grid = itertools.product(shares, latency_scales, link_streams, enumerate(coruns), receive_shares, requests)
+    for share, scale, streams, (rank, corun), receive, request in grid:
+        fit = TransferFit(float(share), float(scale), int(streams), 0.0, corun, float(receive), request)
         sim = base.on(fit.apply(cluster))
         errors = [abs(sim.simulate(p, check=False).step_time_us - m) / m for p, m in zip(placements, measured_us)]
         # the key's order after the error is the tie rule above
         best = min(best, (float(OBJECTIVES[objective](errors)), float(share), float(scale), int(streams), rank,
-                          float(receive)))
+                          float(receive), request))
     return TransferFit(send_cpu_share=best[1], latency_scale=best[2], link_streams=best[3], error=best[0],
-                       corun_slowdown=coruns[best[4]], receive_cpu_share=best[5])
+                       corun_slowdown=coruns[best[4]], receive_cpu_share=best[5], request_cpu_us=best[6])
 
 
 def profile_on_worker(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int = 10, warmup: int = 3,
@@ -437,6 +449,7 @@ def worker_cluster_yaml(workers: Workers, link: LinkFit, memory_bytes: int, fit:
         # it has ready: its one thread serves the RecvTensor calls (traced steps, README *Simulator vs real*)
         "send_on_request": True,
         "sends_last": True,
+        **({"request_cpu_us": round(fit.request_cpu_us, 2)} if fit.request_cpu_us else {}),
         **({"corun_slowdown": round(shared["corun_slowdown"] if corun is None else corun, 4),
             "step_sync_us": round(shared["step_sync_us"], 1)} if shared else {}),
         "devices": [{"name": f"worker{i}", "kind": WORKER_KIND, "speed": 1.0, "memory_GB": memory_bytes / 1e9}
@@ -534,6 +547,7 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
               "machine": watch.metrics(),
               "transfer_fit": {"send_cpu_share": fit.send_cpu_share, "latency_scale": fit.latency_scale,
                                "receive_cpu_share": fit.receive_cpu_share,
+                               "request_cpu_us": fit.request_cpu_us,
                                "link_streams": fit.link_streams, "mean_error": fit.error,
                                "corun_slowdown": fit.corun_slowdown,  # None: the measured one kept
                                "placers": list(fit_set), "rounds": fit_rounds, "steps": fit_steps,

@@ -61,6 +61,7 @@ class FitRule(NamedTuple):
     send_shares: tuple[float, ...] = SEND_SHARES  # the sender's CPU shares tried
     send_on_request: bool = False  # a tensor crosses once the sender has taken up its request (`trinity.cluster`)
     sends_last: bool = False  # a sender serialises a tensor after all the work it has ready (`trinity.cluster`)
+    request_costs: tuple[float, ...] = (0.0,)  # what issuing a request costs the receiver, tried (`trinity.cluster`)
 
 
 #: The default experiment's validation folders (the validate stage's outputs), which the diagnoses read by default
@@ -214,7 +215,7 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration",
     base = replace(cluster, latency=latency, send_cpu_share=0.0, receive_cpu_share=0.0, link_streams=1,
                    corun_slowdown=measured_corun, control_transfers=rule.control_transfers,
                    ready_order=rule.ready_order, cpu_share_of=rule.cpu_share_of, send_on_request=rule.send_on_request,
-                   sends_last=rule.sends_last)
+                   sends_last=rule.sends_last, request_cpu_us=0.0)
     graph = load_graph(calibration / "graph.json.gz")
     if measured_from == "calibration":
         measured = report["transfer_fit"]["measured_step_us"]
@@ -237,7 +238,8 @@ def refit_run(top: Path, rule: FitRule, measured_from: str = "calibration",
     fit = fit_transfer_model(graph, base, placements, list(measured.values()), shares=rule.send_shares,
                              link_streams=rule.link_streams,
                              latency_scales=rule.latency_scales, objective=rule.objective,
-                             corun_slowdowns=rule.corun_slowdowns, receive_shares=rule.receive_shares)
+                             corun_slowdowns=rule.corun_slowdowns, receive_shares=rule.receive_shares,
+                             request_costs=rule.request_costs)
     fit = replace(fit, corun_slowdown=fit.apply(base).corun_slowdown)  # the measured one, where it was kept
     return fit, fit.apply(base)
 
@@ -264,7 +266,7 @@ def refit(folder, measured_from: str = "calibration", rules=FIT_RULES) -> tuple[
         fits[run, rule.label] = {"run": run, "rule": rule.label, "send_cpu_share": fit.send_cpu_share,
                                  "latency_scale": fit.latency_scale, "link_streams": fit.link_streams,
                                  "corun_slowdown": fit.corun_slowdown, "receive_cpu_share": fit.receive_cpu_share,
-                                 "fit_error": fit.error}
+                                 "request_cpu_us": fit.request_cpu_us, "fit_error": fit.error}
         summary = error_summary(table)
         rows.append({"run": run, "batch": batch, "rule": rule.label,
                      **{key.removeprefix("held_out_split_"): summary[key] for key in FIGURES}})

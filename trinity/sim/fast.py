@@ -16,9 +16,10 @@ cost about what 4 do:
 Ready ops wait in per-device linked lists (FIFO, or a stack with the cluster's
 ``ready_order: lifo``, whose ops readied by an arriving tensor join its far end
 with ``lifo-arrivals-last``), outgoing transfers in FIFO ones. With
-``send_on_request`` each copy's request is an item of no time on those lists,
-at the far end of the receiver's, then of the sender's; with ``sends_last`` a
-tensor's send share joins the far end of the sender's.
+``send_on_request`` each copy's request is an item on those lists, at the far
+end of the receiver's (issuing it takes ``request_cpu_us``), then of the
+sender's (no time); with ``sends_last`` a tensor's send share joins the far
+end of the sender's.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class Simulator:
             float(cluster.step_sync_us),
             int(cluster.link_streams), cluster.cpu_share_of == "bytes", cluster.ready_order != "fifo",
             cluster.ready_order == "lifo-arrivals-last", cluster.latency_overlaps, float(cluster.transfer_cpu_us),
-            cluster.send_on_request, cluster.sends_last,
+            cluster.send_on_request, cluster.sends_last, float(cluster.request_cpu_us),
         )
         self._memory = cluster.memory.astype(np.float64)
 
@@ -209,7 +210,7 @@ def _send(x, du, n, cpu_share, lifo, ready_head, ready_tail, ready_next, out_hea
 def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner, tensor_offset, persistent,
               temporary, indegree, out_ptr, out_dst, out_tensor, by_tensor, in_ptr, in_src, in_tensor, in_position, bandwidth,
               latency, cpu_share, receive_share, corun, sync_us, streams, share_of_bytes, lifo, arrivals_last,
-              overlaps, per_transfer, on_request, sends_last):
+              overlaps, per_transfer, on_request, sends_last, request_us):
     n = dev.shape[0]
     n_dev = bandwidth.shape[0]
     n_tensors = tensor_bytes.shape[0]
@@ -345,9 +346,9 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
                 ready_head[d] = ready_next[v]
                 if ready_head[d] < 0:
                     ready_tail[d] = -1
-                if v >= request:  # a request issued (on the receiver) or taken up (on the sender): no time
+                if v >= request:  # a request issued (on the receiver: `request_us`) or taken up (no time)
                     slot_item[d] = v
-                    left[d] = 0.0
+                    left[d] = request_us if asked[v - request] == 0 else 0.0
                 elif v >= n + x_cap:  # the receiver's CPU share of a transfer
                     x = v - n - x_cap
                     ds = x_src[x]

@@ -116,8 +116,9 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
             if not computing[d] and ready[d]:
                 v = ready[d].pop() if lifo else ready[d].popleft()
                 computing[d] = True
-                if isinstance(v, dict) and "copy" in v:  # a request issued or taken up: no time
-                    run_on(d, 0.0, "request", v)
+                if isinstance(v, dict) and "copy" in v:  # a request issued (request_cpu_us) or taken up (no time)
+                    # the device goes with it: an issued request moves on
+                    run_on(d, cluster.request_cpu_us if v["at"] == v["copy"][2] else 0.0, "request", (d, v))
                     continue
                 if isinstance(v, tuple):  # the receiver's CPU share of transfer v[1]
                     x = v[1]
@@ -159,7 +160,7 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
     dispatch()
     while events:
         t, _, ver, kind, payload = heapq.heappop(events)
-        d = (dev[payload] if kind == "op" else payload["dst"] if kind == "received" else payload["at"]
+        d = (dev[payload] if kind == "op" else payload["dst"] if kind == "received" else payload[0]
              if kind == "request" else payload["src"])
         if kind not in ("transfer", "link_free") and ver != version[d]:
             continue  # a completion that moved
@@ -193,13 +194,14 @@ def simulate_reference(graph: OpGraph, cluster: Cluster, placement) -> SimResult
                             release(transfers[key])
         elif kind == "request":
             computing[d] = False
-            if payload["at"] == payload["copy"][2]:  # issued: to the far end of the sender's list
-                payload["at"] = dev[payload["copy"][0]]
-                take_last(payload["at"], payload)
+            request = payload[1]
+            if request["at"] == request["copy"][2]:  # issued: to the far end of the sender's list
+                request["at"] = dev[request["copy"][0]]
+                take_last(request["at"], request)
             else:  # taken up: a tensor already done goes now (its handling serialises it next)
-                payload["taken_up"] = True
-                if payload["held"] is not None:
-                    release(payload["held"])
+                request["taken_up"] = True
+                if request["held"] is not None:
+                    release(request["held"])
         elif kind == "serialised":
             computing[payload["src"]] = False
             outbox[payload["src"]].append(payload)

@@ -167,6 +167,7 @@ def _one_run(cfg, job, graph, graph_def, batches, out, r: int, own, tracker) -> 
                                  f"calibration/run{r}/bandwidth_GBps": report["link"]["bandwidth_GBps"],
                                  f"calibration/run{r}/send_cpu_share": fit["send_cpu_share"],
                                  f"calibration/run{r}/receive_cpu_share": cluster.receive_cpu_share,
+                                 f"calibration/run{r}/request_cpu_us": cluster.request_cpu_us,
                                  f"calibration/run{r}/latency_scale": fit["latency_scale"],
                                  f"calibration/run{r}/link_streams": fit["link_streams"],
                                  f"calibration/run{r}/corun_slowdown": cluster.corun_slowdown,  # fitted
