@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces trace-completeness interference-check step-start validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces trace-completeness interference-check step-start validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-requests validation-requests-fresh validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -469,6 +469,22 @@ validation-ready-order: $(STAMP)  ## the committed validation refitted under eac
 
 validation-sends: $(STAMP)  ## the committed validation refitted with and without the workers' held sends (~5 min)
 	$(PY) benchmarks/validation_sends.py
+
+validation-requests: $(STAMP)  ## the committed validation refitted with and without the cost of issuing a request (~10 min)
+	$(PY) benchmarks/validation_requests.py
+
+# Both calibrations of a fresh InceptionV3 validation of the committed searches (results/search: `dvc repro` or
+# `dvc pull` them first), outside DVC, then refitted with and without the request cost
+REQUESTS_FRESH := runs/validation_requests_fresh
+validation-requests-fresh: $(STAMP)  ## a fresh InceptionV3 validation (two calibrations), refitted with and without the request cost (~85 min, quiet machine)
+	rm -rf $(REQUESTS_FRESH) && mkdir -p $(REQUESTS_FRESH)/reports $(REQUESTS_FRESH)/runs
+	ln -s $(CURDIR)/results/search $(REQUESTS_FRESH)/search
+	$(PY) pipeline/validate.py -cd . -cn params hydra.run.dir=$(REQUESTS_FRESH)/hydra hydra.output_subdir=null \
+		hydra/job_logging=stdout job.model=inception_v3 paths.results=$(REQUESTS_FRESH) \
+		paths.reports=$(REQUESTS_FRESH)/reports paths.runs=$(REQUESTS_FRESH)/runs \
+		mlflow.uri=sqlite:///$(CURDIR)/$(REQUESTS_FRESH)/mlflow.db
+	$(PY) benchmarks/validation_requests.py $(REQUESTS_FRESH)/validate/inception_v3 \
+		--csv reports/validation_requests_fresh.csv
 
 FRESH := runs/validation_fresh
 validation-sends-fresh: $(STAMP)  ## a fresh InceptionV3 validation (one calibration, outside DVC), refitted and what-if with and without held sends (~41 min, quiet machine)
