@@ -483,6 +483,7 @@ validation-requests-fresh: $(STAMP)  ## a fresh InceptionV3 validation (two cali
 		hydra/job_logging=stdout job.model=inception_v3 paths.results=$(REQUESTS_FRESH) \
 		paths.reports=$(REQUESTS_FRESH)/reports paths.runs=$(REQUESTS_FRESH)/runs \
 		mlflow.uri=sqlite:///$(CURDIR)/$(REQUESTS_FRESH)/mlflow.db
+	cp $(REQUESTS_FRESH)/validate/inception_v3.summary.json reports/validation_requests_fresh_summary.json
 	$(PY) benchmarks/validation_requests.py $(REQUESTS_FRESH)/validate/inception_v3 \
 		--csv reports/validation_requests_fresh.csv
 
