@@ -470,13 +470,13 @@ validation-ready-order: $(STAMP)  ## the committed validation refitted under eac
 validation-sends: $(STAMP)  ## the committed validation refitted with and without the workers' held sends (~5 min)
 	$(PY) benchmarks/validation_sends.py
 
-validation-requests: $(STAMP)  ## the committed validation refitted with and without the cost of issuing a request (~10 min)
+validation-requests: $(STAMP)  ## the committed validation refitted with and without the cost of issuing a request (~6 min)
 	$(PY) benchmarks/validation_requests.py
 
 # Both calibrations of a fresh InceptionV3 validation of the committed searches (results/search: `dvc repro` or
 # `dvc pull` them first), outside DVC, then refitted with and without the request cost
 REQUESTS_FRESH := runs/validation_requests_fresh
-validation-requests-fresh: $(STAMP)  ## a fresh InceptionV3 validation (two calibrations), refitted with and without the request cost (~85 min, quiet machine)
+validation-requests-fresh: $(STAMP)  ## a fresh InceptionV3 validation (two calibrations), refitted with and without the request cost (~95 min, quiet machine)
 	rm -rf $(REQUESTS_FRESH) && mkdir -p $(REQUESTS_FRESH)/reports $(REQUESTS_FRESH)/runs
 	ln -s $(CURDIR)/results/search $(REQUESTS_FRESH)/search
 	$(PY) pipeline/validate.py -cd . -cn params hydra.run.dir=$(REQUESTS_FRESH)/hydra hydra.output_subdir=null \

@@ -331,7 +331,9 @@ RECEIVE_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 
 #: what issuing one request (a `_Recv`'s `RecvTensor` call) costs the receiving worker's one thread
 #: (`trinity.cluster`'s ``request_cpu_us``), fitted with the rest: timed stamps put a split's later worker
-#: 17-20 us per received tensor into its step (README, `make step-start`). Today's: none (0 alone).
+#: 17-20 us per received tensor into its step (README, `make step-start`). Today's: none (0 alone): fitted on a
+#: fresh InceptionV3 validation the fit set did not pin it down (40 us in one run, 0 in the other, fit errors equal
+#: to three places) and no held-out rank rose (README, `make validation-requests-fresh`).
 REQUEST_CPU_US = (0.0,)
 #: the costs `make validation-requests` lets the fit choose from
 FITTED_REQUEST_CPU_US = (0.0, 5.0, 10.0, 20.0, 40.0)
