@@ -320,6 +320,7 @@ def _calibration(args, g, gd, workers, reuse: bool = True):
 
     # `trinity validate` times the fit set as it times every strategy; `trinity calibrate` as its defaults
     timing = {f"fit_{k}": getattr(args, k) for k in ("rounds", "steps", "warmup") if hasattr(args, k)}
+    timing.update({k: getattr(args, k) for k in ("retime_above", "retries") if hasattr(args, k)})
     cluster, cg, report = calibration_for(g, gd, workers, args.calibration, reuse=reuse, steps=args.profile_steps,
                                           anchor_range=_anchor_range(args), **timing)
     if report is not None:
@@ -376,7 +377,8 @@ def cmd_validate(args) -> None:
             raise TrinityError("nothing to run: give strategy files, --placers or --search-samples",
                                field="strategy")
         table = validate(cg, gd, workers, cluster, candidates, out_dir=out, rounds=args.rounds, steps=args.steps,
-                         warmup=args.warmup, timeout_s=args.timeout, progress=True, anchor_range=_anchor_range(args))
+                         warmup=args.warmup, timeout_s=args.timeout, progress=True, anchor_range=_anchor_range(args),
+                         retime_above=args.retime_above, retries=args.retries)
         if args.refit_to_rounds:
             table, cluster, refitted = refit_to_rounds(cg, cluster, candidates, table)
             if refitted is not None:
@@ -393,12 +395,13 @@ def cmd_validate(args) -> None:
         tracker = MLflowTracker(args.experiment, run_name=f"{g.name}-{workers.n}workers", uri=args.mlflow_uri)
         tracker.log_params({"graph": g.name, "workers": workers.n, "hosts": ",".join(workers.hosts),
                             "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
+                            "retime_above": args.retime_above, "retries": args.retries,
                             "send_cpu_share": cluster.send_cpu_share, "receive_cpu_share": cluster.receive_cpu_share,
                             "calibration": args.calibration})
         tracker.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float)) and v == v}, step=0)
     cols = [c for c in ("strategy", "sim_step_ms", "real_step_ms", "real_spread", "step_error", "sim_comm_MB",
                         "real_crossed_MB", "real_transfers_missing", "comm_error", "sim_peak_memory_GB", "real_peak_memory_GB", "overridden",
-                        "refused") if c in table]
+                        "retimed", "refused") if c in table]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     if summary["strategies"]:
         plot_sim_vs_real(table, out / "sim_vs_real.png", title=f"{g.name} on {workers.n} workers")
@@ -444,6 +447,17 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text[:40]}")
+    return value
+
+
+def _share(text: str) -> float:
+    """An argparse type: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a share between 0 and 1, got {text[:40]}")
     return value
 
 
@@ -574,6 +588,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=_int_in(1), default=3, help="interleaved rounds over all strategies")
     p.add_argument("--steps", type=_int_in(1), default=3, help="timed steps per strategy per round")
     p.add_argument("--warmup", type=_int_in(0), default=2)
+    p.add_argument("--retime-above", type=_share, default=0.02, metavar="SHARE",
+                   help="run a strategy again when others took more than this share of the cores during its run "
+                        "(default 0.02)")
+    p.add_argument("--retries", type=_int_in(0), default=2, help="at most this many runs again per run (0: never)")
     p.add_argument("--timeout", type=_positive_float, default=300.0, help="seconds any one run may take")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--out", default="validation", help="output folder (results.csv, sim_vs_real.png)")

@@ -507,10 +507,12 @@ def times_scaled(graph: OpGraph, factor: float) -> OpGraph:
 def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int = 10, warmup: int = 3,
               link_repeats: int = 20, fit_placers=FIT_PLACERS, fit_rounds: int = 3, fit_steps: int = 3,
               fit_warmup: int = 2, progress: bool = True,
-              anchor_range: tuple[float, float] = ANCHOR_RANGE) -> tuple[Cluster, dict, OpGraph, dict]:
+              anchor_range: tuple[float, float] = ANCHOR_RANGE, retime_above: float | None = None,
+              retries: int = 2) -> tuple[Cluster, dict, OpGraph, dict]:
     """(cluster, its YAML document, calibrated graph, report) for ``workers``. The fit set is timed as
     ``trinity validate`` times every strategy (``fit_rounds`` interleaved rounds of ``fit_steps``);
-    ``anchor_range``: the range of the op times' anchor (`anchored`)."""
+    ``anchor_range``: the range of the op times' anchor (`anchored`); ``retime_above``, ``retries``: the fit
+    set's runs disturbed by others are run again (`Runner.measure_interleaved`)."""
     from trinity.placers import place_each
     from trinity.runtime.runner import worker_cluster
 
@@ -534,7 +536,7 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
                            field="calibration")
     timed = {name: placed[name].placement for name in names if name in placed}
     measured = runner.measure_interleaved(timed, rounds=fit_rounds, steps=fit_steps, warmup=fit_warmup,
-                                          progress=progress)
+                                          progress=progress, retime_above=retime_above, retries=retries)
     # The machine drifts between the profile and the fit set's rounds (9.9% in one validation): the
     # whole step on one worker, timed in the same rounds, says by how much, and the op times follow.
     anchor = {"placer": ANCHOR_PLACER, "scale": 1.0}
@@ -553,6 +555,7 @@ def calibrate(graph: OpGraph, graph_def: bytes, workers: Workers, *, steps: int 
                                "link_streams": fit.link_streams, "mean_error": fit.error,
                                "corun_slowdown": fit.corun_slowdown,  # None: the measured one kept
                                "placers": list(fit_set), "rounds": fit_rounds, "steps": fit_steps,
+                               "retimed_runs": sum(len(measured[n].retimed_disturbance) for n in timed),
                                "measured_step_us": {n: measured[n].median_us for n in fit_set}},
               "anchor": anchor,
               "profile": {k: v for k, v in profile.items() if k != "step_us"},
@@ -584,8 +587,8 @@ def check_calibration(folder, calibrated: OpGraph, cluster: Cluster, recorded: d
 
 def calibration_for(graph: OpGraph, graph_def: bytes, workers: Workers, folder, *, reuse: bool = True,
                     steps: int = 10, fit_rounds: int = 3, fit_steps: int = 3, fit_warmup: int = 2,
-                    progress: bool = True, anchor_range: tuple[float, float] = ANCHOR_RANGE
-                    ) -> tuple[Cluster, OpGraph, dict | None]:
+                    progress: bool = True, anchor_range: tuple[float, float] = ANCHOR_RANGE,
+                    retime_above: float | None = None, retries: int = 2) -> tuple[Cluster, OpGraph, dict | None]:
     """The calibrated (cluster, graph) for these workers, read from ``folder`` when ``reuse`` and it
     holds one for this graph and worker count, else measured and written there (cluster.yaml,
     graph.json.gz, calibration.json). The report is None when reused."""
@@ -602,7 +605,7 @@ def calibration_for(graph: OpGraph, graph_def: bytes, workers: Workers, folder, 
         return cluster, cg, None
     cluster, doc, cg, report = calibrate(graph, graph_def, workers, steps=steps, fit_rounds=fit_rounds,
                                          fit_steps=fit_steps, fit_warmup=fit_warmup, progress=progress,
-                                         anchor_range=anchor_range)
+                                         anchor_range=anchor_range, retime_above=retime_above, retries=retries)
     write_yaml(cluster_file, doc)
     save_graph(cg, graph_file)
     write_json(folder / "calibration.json", report)

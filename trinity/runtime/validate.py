@@ -183,8 +183,10 @@ def refit_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate
 def validate(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluster, candidates: list[Candidate], *,
              out_dir: str | os.PathLike | None = None, rounds: int = 3, steps: int = 3, warmup: int = 2,
              timeout_s: float = 300.0, progress: bool = True,
-             anchor_range: tuple[float, float] = ANCHOR_RANGE) -> pd.DataFrame:
-    """Simulate and measure every candidate; one row each (see the module doc)."""
+             anchor_range: tuple[float, float] = ANCHOR_RANGE, retime_above: float | None = None,
+             retries: int = 2) -> pd.DataFrame:
+    """Simulate and measure every candidate; one row each (see the module doc). ``retime_above`` and
+    ``retries``: runs disturbed by others are run again (`Runner.measure_interleaved`)."""
     if cluster.n_devices != workers.n:
         raise TrinityError(f"cluster {cluster.name!r} has {cluster.n_devices} devices for {workers.n} workers",
                            field="cluster")
@@ -213,6 +215,7 @@ def validate(graph: OpGraph, graph_def: bytes, workers: Workers, cluster: Cluste
         write()
 
     measured = runner.measure_interleaved(runnable, rounds=rounds, steps=steps, warmup=warmup, progress=progress,
+                                          retime_above=retime_above, retries=retries,
                                           on_result=save)
     anchor = next((c for c in candidates if c.source == ANCHOR_PLACER and c.name in measured), None)
     if anchor is not None:  # simulated again on op times anchored to these rounds (module doc)
@@ -284,6 +287,8 @@ def error_summary(table: pd.DataFrame) -> dict:
         **_noise(held_out_split, "held_out_split_"),
         **{key: float(measured[key].max()) if key in measured and len(measured) else float("nan")
            for key in ("load_max", "other_cpu_max", "steal_max")},  # what else the machine did (trinity.machine)
+        # runs timed again because others took too much of the cores (tables before retiming: 0)
+        "retimed_runs": int(measured["retimed"].fillna(0).sum()) if "retimed" in measured else 0,
         "anchor_scale": (float(measured["anchor_scale"].dropna().iloc[0])  # op times x this (module doc)
                          if "anchor_scale" in measured and measured["anchor_scale"].notna().any() else float("nan")),
         "comm_error_median": q(comm, 0.5),

@@ -80,6 +80,7 @@ def check_validation(cfg: DictConfig, model: str) -> list[int]:
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise TrinityError(f"must be a positive integer, got {runs!r}", field="validation.runs")
     anchor_range_of(cfg)
+    retiming_of(cfg)
     if not isinstance(v.get("refit_to_rounds", False), bool):
         raise TrinityError(f"must be true or false, got {v.refit_to_rounds!r}", field="validation.refit_to_rounds")
     if v.cluster_spec is None:
@@ -92,6 +93,19 @@ def check_validation(cfg: DictConfig, model: str) -> list[int]:
         raise TrinityError(f"model {model!r} was not searched (not in run.models) and the validation has no "
                            "strategies of its own for it", field="validation.placers")
     return batches
+
+
+def retiming_of(cfg: DictConfig) -> dict:
+    """``validation.retime_above`` and ``validation.retries`` as `Runner.measure_interleaved` takes them,
+    refused in one line naming the field when they are not a share in [0, 1] (or null) and a whole number."""
+    v = cfg.validation
+    above, retries = v.get("retime_above"), v.get("retries", 2)
+    if above is not None and (isinstance(above, bool) or not isinstance(above, (int, float)) or not 0 <= above <= 1):
+        raise TrinityError(f"must be a share of the cores between 0 and 1 or null, got {above!r}",
+                           field="validation.retime_above")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise TrinityError(f"must be a whole number of at least 0, got {retries!r}", field="validation.retries")
+    return {"retime_above": None if above is None else float(above), "retries": retries}
 
 
 def anchor_range_of(cfg: DictConfig) -> tuple[float, float]:
@@ -160,7 +174,7 @@ def _one_run(cfg, job, graph, graph_def, batches, out, r: int, own, tracker) -> 
         cluster, calibrated, report = calibration_for(graph, graph_def, workers, out / "calibration",
                                                       steps=v.profile_steps, fit_rounds=v.rounds,
                                                       fit_steps=v.steps, fit_warmup=v.warmup, progress=True,
-                                                      anchor_range=anchor_range_of(cfg))
+                                                      anchor_range=anchor_range_of(cfg), **retiming_of(cfg))
         if report is not None:
             fit, shared = report["transfer_fit"], report["shared_machine"]
             tracker.log_metrics({f"calibration/run{r}/latency_us": report["link"]["latency_us"],
@@ -218,7 +232,8 @@ def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, t
 
     v = cfg.validation
     table = validate(graph, graph_def, workers, cluster, chosen, out_dir=out, rounds=v.rounds, steps=v.steps,
-                     warmup=v.warmup, timeout_s=v.timeout_s, progress=True, anchor_range=anchor_range_of(cfg))
+                     warmup=v.warmup, timeout_s=v.timeout_s, progress=True, anchor_range=anchor_range_of(cfg),
+                     **retiming_of(cfg))
     before, refitted = None, None
     if refit:  # the held-out figures on the calibration's fit are kept beside the refit's
         before = error_summary(table)
