@@ -12,30 +12,15 @@ the order would pick, judged on the held-out split strategies.
 
 from __future__ import annotations
 
-import argparse
-
-import pandas as pd
-
 from trinity.errors import run_main
-from trinity.runtime.resimulate import COMMITTED_VALIDATIONS, FIT_RULES, refit_choices
+from trinity.runtime.resimulate import FIT_RULES, compare_rules_main
 
 READY_ORDERS = ("lifo-arrivals-last", "lifo", "fifo")  #: the first is today's (`conf/validation`)
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="*", default=list(COMMITTED_VALIDATIONS),
-                   help="validation folders (results/validate/<model>)")
-    p.add_argument("--csv", default="reports/validation_ready_order.csv")
-    args = p.parse_args(argv)
-    today = FIT_RULES[-1]
-    table = refit_choices(args.folders, [today._replace(label=order, ready_order=order) for order in READY_ORDERS],
-                          "ready_order")
-    first = ["model", "run", "batch", "ready_order", "chosen", "fit_error"]
-    table.to_csv(args.csv, index=False)
-    pd.set_option("display.width", 200)
-    print(table[first + ["step_error_median", "rank_correlation"]].to_string(index=False, float_format="{:.3f}".format))
-    print(f"-> {args.csv}")
+    rules = [FIT_RULES[-1]._replace(label=order, ready_order=order) for order in READY_ORDERS]
+    compare_rules_main(argv, __doc__.split("\n\n")[0], rules, "ready_order", "reports/validation_ready_order.csv")
 
 
 if __name__ == "__main__":

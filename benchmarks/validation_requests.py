@@ -18,31 +18,17 @@ that fitted the cost would pick.
 
 from __future__ import annotations
 
-import argparse
-
-import pandas as pd
-
 from trinity.errors import run_main
 from trinity.runtime.calibrate import FITTED_REQUEST_CPU_US
-from trinity.runtime.resimulate import COMMITTED_VALIDATIONS, FIT_RULES, refit_choices
-
+from trinity.runtime.resimulate import FIT_RULES, compare_rules_main
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="*", default=list(COMMITTED_VALIDATIONS),
-                   help="validation folders (results/validate/<model>)")
-    p.add_argument("--csv", default="reports/validation_requests.csv")
-    args = p.parse_args(argv)
     today = FIT_RULES[-1]
     rules = [today._replace(label="free", request_costs=(0.0,)),
              today._replace(label="fitted", request_costs=FITTED_REQUEST_CPU_US)]
-    table = refit_choices(args.folders, rules, "requests")
-    table.to_csv(args.csv, index=False)
-    pd.set_option("display.width", 200)
-    shown = ["model", "run", "batch", "requests", "chosen", "fit_error", "request_cpu_us", "send_cpu_share",
-             "receive_cpu_share", "link_streams", "corun_slowdown", "step_error_median", "rank_correlation"]
-    print(table[shown].to_string(index=False, float_format="{:.3f}".format))
-    print(f"-> {args.csv}")
+    compare_rules_main(argv, __doc__.split("\n\n")[0], rules, "requests", "reports/validation_requests.csv",
+                       shown=("request_cpu_us", "send_cpu_share", "receive_cpu_share", "link_streams",
+                              "corun_slowdown"))
 
 
 if __name__ == "__main__":

@@ -17,31 +17,16 @@ fit error per run: what a calibration that fitted the terms would pick.
 
 from __future__ import annotations
 
-import argparse
-
-import pandas as pd
-
 from trinity.errors import run_main
-from trinity.runtime.resimulate import COMMITTED_VALIDATIONS, FIT_RULES, refit_choices
-
+from trinity.runtime.resimulate import FIT_RULES, compare_rules_main
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="*", default=list(COMMITTED_VALIDATIONS),
-                   help="validation folders (results/validate/<model>)")
-    p.add_argument("--csv", default="reports/validation_sends.csv")
-    args = p.parse_args(argv)
     # the rule before the terms (today's has both): each term alone, then both
     before = FIT_RULES[-1]._replace(send_on_request=False, sends_last=False)
     rules = [before._replace(label="neither"), before._replace(label="send_on_request", send_on_request=True),
              before._replace(label="sends_last", sends_last=True),
              before._replace(label="both", send_on_request=True, sends_last=True)]
-    table = refit_choices(args.folders, rules, "semantics")
-    table.to_csv(args.csv, index=False)
-    pd.set_option("display.width", 200)
-    shown = ["model", "run", "batch", "semantics", "chosen", "fit_error", "step_error_median", "rank_correlation"]
-    print(table[shown].to_string(index=False, float_format="{:.3f}".format))
-    print(f"-> {args.csv}")
+    compare_rules_main(argv, __doc__.split("\n\n")[0], rules, "semantics", "reports/validation_sends.csv")
 
 
 if __name__ == "__main__":

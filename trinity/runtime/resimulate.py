@@ -292,6 +292,23 @@ def refit_choices(folders, rules, column: str = "rule") -> pd.DataFrame:
     return table[first + [c for c in table.columns if c not in first]]
 
 
+def compare_rules_main(argv, description: str, rules, column: str, default_csv: str, shown=()) -> None:
+    """The command line of a benchmark that compares fit ``rules`` (`refit_choices`): validation folders (the
+    committed ones by default) and ``--csv``; prints each part's rule, whether the fit chose it, its fit error,
+    the ``shown`` columns and the held-out figures, and writes the whole table."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("folders", nargs="*", default=list(COMMITTED_VALIDATIONS),
+                   help="validation folders (results/validate/<model>)")
+    p.add_argument("--csv", default=default_csv)
+    args = p.parse_args(argv)
+    table = refit_choices(args.folders, rules, column)
+    table.to_csv(args.csv, index=False)
+    pd.set_option("display.width", 200)
+    columns = ["model", "run", "batch", column, "chosen", "fit_error", *shown, "step_error_median", "rank_correlation"]
+    print(table[columns].to_string(index=False, float_format="{:.3f}".format))
+    print(f"-> {args.csv}")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m trinity.runtime.resimulate", description=__doc__.split("\n\n")[0])
     p.add_argument("folders", nargs="+", help="validation folders (results/validate/<model>)")
