@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces trace-completeness interference-check step-start validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-requests validation-requests-fresh validation-retime-fresh validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces trace-completeness interference-check step-start validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-requests validation-requests-fresh validation-retime-fresh validation-gap validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -497,6 +497,10 @@ validation-retime-fresh: $(STAMP)  ## a fresh InceptionV3 validation (two calibr
 		paths.reports=$(RETIME_FRESH)/reports paths.runs=$(RETIME_FRESH)/runs \
 		mlflow.uri=sqlite:///$(CURDIR)/$(RETIME_FRESH)/mlflow.db
 	cp $(RETIME_FRESH)/validate/inception_v3.summary.json reports/validation_retime_fresh_summary.json
+
+validation-gap: $(STAMP)  ## the held-out splits' gap to the simulator per part, a fixed and a per-tensor cost, of the two fresh validations (seconds; validation-requests-fresh and validation-retime-fresh validation-gap first)
+	$(PY) benchmarks/validation_gap.py $(RETIME_FRESH)/validate/inception_v3 $(REQUESTS_FRESH)/validate/inception_v3 \
+		--csv reports/validation_gap.csv
 
 FRESH := runs/validation_fresh
 validation-sends-fresh: $(STAMP)  ## a fresh InceptionV3 validation (one calibration, outside DVC), refitted and what-if with and without held sends (~41 min, quiet machine)

@@ -43,14 +43,17 @@ def test_disturbance_is_the_largest_share_others_took_in_one_run():
 
 def test_absorb_pools_traces_always_and_times_only_where_timed():
     m = Measurement("s")
-    m.absorb(_run("s", 10.0, 0.0, 0.01, {"a:0"}))
-    m.absorb(_run("s", 30.0, 0.0, 0.05, {"b:0"}), timed=False)
+    kept = _run("s", 10.0, 0.0, 0.01, {"a:0"})
+    m.absorb(kept)
+    m.absorb(_run("s", 30.0, 0.0, 0.05, {"b:0"}), kept)
     assert m.step_us == [10e3, 10e3] and m.round_median_us == [10e3]
     assert m.steal == [0.01] and m.other_cpu == [0.0] and m.load == [0.5, 0.7]
     assert m.retimed_disturbance == [0.05]
     assert m.recorded_bytes == {"a:0": 8, "b:0": 8} and m.traces == 2  # bytes do not depend on the load
     assert m.loss == [1.0, 0.5, 1.0, 0.5] and m.setup_s == 4.0
+    assert m.retimed_ratio == [3.0]  # the dropped run's median step over the kept one's
     assert m.summary()["retimed"] == 1 and m.summary()["steal_max"] == 0.01
+    assert m.summary()["retimed_ratio_median"] == 3.0
 
 
 def test_a_disturbed_run_is_run_again_and_the_calmest_kept():
@@ -70,6 +73,8 @@ def test_a_disturbed_run_is_run_again_and_the_calmest_kept():
     assert out["once"].retimed_disturbance == pytest.approx([0.05])
     assert out["always"].round_median_us == [31e3, 33e3]
     assert out["always"].retimed_disturbance == pytest.approx([0.09, 0.08])
+    assert out["always"].retimed_ratio == pytest.approx([30 / 31, 32 / 31]) and out["once"].retimed_ratio == [20 / 12]
+    assert math.isnan(out["calm"].summary()["retimed_ratio_median"])
     assert out["always"].steal == [0.07, 0.0]
     assert out["always"].traces == 4  # the retimed runs' traced steps count as well
     assert error_summary(_table(out))["retimed_runs"] == 3

@@ -87,8 +87,9 @@ class Measurement:
     # start, end)
     transfer_trace: list[tuple[str, int, int, int, int, float, float]] = field(default_factory=list)
     # runs whose times were dropped because others took too much of the cores (`measure_interleaved`'s
-    # retime_above), and the share others took in each
+    # retime_above): the share others took in each, and its median step over the kept run's of that round
     retimed_disturbance: list[float] = field(default_factory=list)
+    retimed_ratio: list[float] = field(default_factory=list)
 
     @property
     def median_us(self) -> float:
@@ -146,10 +147,11 @@ class Measurement:
         shares = [a + b for a, b in zip(self.other_cpu, self.steal) if a == a and b == b]
         return max(shares, default=float("nan"))
 
-    def absorb(self, run: Measurement, timed: bool = True) -> None:
+    def absorb(self, run: Measurement, kept: Measurement | None = None) -> None:
         """Add a later run of the same strategy. Its traces, losses and setup time always count (bytes and
-        memory do not depend on the machine's load); its times and the machine's records only where
-        ``timed``, else the run is counted as retimed with the share others took during it."""
+        memory do not depend on the machine's load); its times and the machine's records only where it is
+        the ``kept`` run of its round (None: itself), else it counts as retimed, with the share others took
+        during it and its median step over the kept run's."""
         if run.traces:
             self.add_trace(run.expected_transfers, run.recorded_bytes, run.peak_memory_bytes, run.overridden)
             self.traces += run.traces - 1
@@ -158,7 +160,8 @@ class Measurement:
         if run.op_trace or run.transfer_trace:
             self.op_trace, self.transfer_trace = run.op_trace, run.transfer_trace
         self.retimed_disturbance += run.retimed_disturbance
-        if timed:
+        self.retimed_ratio += run.retimed_ratio
+        if kept is None or kept is run:
             self.step_us += run.step_us
             self.round_median_us += run.round_median_us
             self.load += run.load
@@ -166,6 +169,7 @@ class Measurement:
             self.steal += run.steal
         else:
             self.retimed_disturbance.append(run.disturbance)
+            self.retimed_ratio.append(run.median_us / kept.median_us if kept.step_us else float("nan"))
 
     def summary(self) -> dict:
         q1, q3 = self.quartiles_us()
@@ -175,6 +179,8 @@ class Measurement:
                 "other_cpu_max": max(self.other_cpu, default=float("nan")),
                 "steal_max": max(self.steal, default=float("nan")),
                 "retimed": len(self.retimed_disturbance),
+                # did the runs dropped run slower? (NaN: none dropped)
+                "retimed_ratio_median": float(np.median(self.retimed_ratio)) if self.retimed_ratio else float("nan"),
                 "real_steps": len(self.step_us), "real_crossed_MB": self.crossed_bytes / 1e6,
                 "real_transfers": self.transfers, "real_transfers_missing": self.transfers_missing,
                 "real_peak_memory_GB": max(self.peak_memory_bytes, default=0) / 1e9,
@@ -502,7 +508,7 @@ class Runner:
                         runs.append(self.measure(p, name, steps=steps, warmup=warmup, trace=trace))
                     kept = min(runs, key=_calmness)
                     for run in runs:
-                        m.absorb(run, timed=run is kept)
+                        m.absorb(run, kept)
                     if on_result is not None:
                         on_result(m)
                     bar.update()

@@ -287,8 +287,9 @@ def error_summary(table: pd.DataFrame) -> dict:
         **_noise(held_out_split, "held_out_split_"),
         **{key: float(measured[key].max()) if key in measured and len(measured) else float("nan")
            for key in ("load_max", "other_cpu_max", "steal_max")},  # what else the machine did (trinity.machine)
-        # runs timed again because others took too much of the cores (tables before retiming: 0)
-        "retimed_runs": int(measured["retimed"].fillna(0).sum()) if "retimed" in measured else 0,
+        # runs timed again because others took too much of the cores (NaN: a table from before retiming)
+        "retimed_runs": (int(measured["retimed"].sum()) if "retimed" in measured and measured["retimed"].notna().any()
+                         else float("nan")),
         "anchor_scale": (float(measured["anchor_scale"].dropna().iloc[0])  # op times x this (module doc)
                          if "anchor_scale" in measured and measured["anchor_scale"].notna().any() else float("nan")),
         "comm_error_median": q(comm, 0.5),
