@@ -3,8 +3,9 @@
 Per part of each validation (run, batch): the one-worker step the op times are anchored to, the held-out split
 strategies' median measured step, their median gap (measured - simulated, ms), a least-squares line of the gap
 against the tensors that crossed (a fixed cost per step plus one per tensor: what a missing per-transfer cost
-would show as a slope, a missing per-step cost as the intercept), the measurement's median spread and what else
-the machine did. Reads the validations' `results.csv` files only: nothing is measured or fitted again.
+would show as a slope, a missing per-step cost as the intercept), the measurement's median spread, what else
+the machine did, and the slowdown of both workers computing at once that the run's calibration measured and the
+one it simulated. Reads the validations' `results.csv` files only: nothing is measured or fitted again.
 
     python benchmarks/validation_gap.py runs/validation_retime_fresh/validate/inception_v3 \
         runs/validation_requests_fresh/validate/inception_v3 --csv reports/validation_gap.csv
@@ -13,11 +14,13 @@ the machine did. Reads the validations' `results.csv` files only: nothing is mea
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from trinity.errors import run_main
+from trinity.fileio import read_json
 from trinity.runtime.resimulate import parts
 from trinity.runtime.validate import anchor_row, held_out_split_rows
 
@@ -40,15 +43,27 @@ def part_gap(table: pd.DataFrame) -> dict:
     return out
 
 
+def _corun(report_file: Path) -> dict:
+    """The run's calibration measured both workers computing at once against one alone: its slowdown, and the
+    one the simulator ran on (the measured one or a fitted one; NaN without the calibration's report)."""
+    if not report_file.is_file():
+        return {"corun_measured": float("nan"), "corun_simulated": float("nan")}
+    report = read_json(report_file)
+    measured = float(report["shared_machine"]["corun_slowdown"])
+    fitted = report["transfer_fit"].get("corun_slowdown")
+    return {"corun_measured": measured, "corun_simulated": measured if fitted is None else float(fitted)}
+
+
 def gap_table(folders) -> pd.DataFrame:
     """One row per part of every validation folder (refused before any work if one is no validation)."""
     found = [(folder, parts(folder)) for folder in folders]
     rows = []
     for folder, folder_parts in found:
-        for run, batch, part, _ in folder_parts:
+        for run, batch, part, cluster_file in folder_parts:
             table = pd.read_csv(part / "results.csv")
             batch = int(table["batch"].iloc[0]) if "batch" in table else batch
-            rows.append({"validation": str(folder), "run": run, "batch": batch, **part_gap(table)})
+            rows.append({"validation": str(folder), "run": run, "batch": batch, **part_gap(table),
+                         **_corun(cluster_file.parent / "calibration.json")})
     return pd.DataFrame(rows)
 
 

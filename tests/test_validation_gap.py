@@ -7,6 +7,7 @@ import pytest
 from conftest import benchmark_script
 
 from trinity.errors import TrinityError
+from trinity.fileio import write_json
 
 
 def _results(path, batch, run, fixed_ms, per_tensor_ms, transfers=(10, 20, 40, 80)):
@@ -31,6 +32,9 @@ def test_a_fixed_and_a_per_tensor_cost_are_read_back_exactly_per_part(tmp_path):
     _results(folder, 64, 1, fixed_ms=0.0, per_tensor_ms=0.5)
     _results(folder / "batch8", 8, 1, fixed_ms=50.0, per_tensor_ms=0.0)
     _results(folder / "run2", 64, 2, fixed_ms=10.0, per_tensor_ms=0.25)
+    (folder / "calibration").mkdir()  # run 1's calibration simulated the slowdown it measured; run 2 has no report
+    write_json(folder / "calibration" / "calibration.json",
+               {"shared_machine": {"corun_slowdown": 0.03}, "transfer_fit": {"corun_slowdown": None}})
     out = tmp_path / "gap.csv"
     benchmark_script("validation_gap").main([str(folder), "--csv", str(out)])
     table = pd.read_csv(out)
@@ -43,6 +47,18 @@ def test_a_fixed_and_a_per_tensor_cost_are_read_back_exactly_per_part(tmp_path):
     assert table.loc[0, "split_real_median_ms"] == pytest.approx(105.0)  # 75, 90, 120, 180
     assert table.loc[0, "spread_median"] == pytest.approx(0.025)
     assert table.loc[0, "steal_max"] == 0.03 and table.loc[0, "other_cpu_max"] == 0.004
+    assert table["corun_measured"].tolist()[:2] == [0.03, 0.03] and table["corun_simulated"].tolist()[:2] == [0.03] * 2
+    assert table.loc[2, ["corun_measured", "corun_simulated"]].isna().all()
+
+
+def test_a_fitted_corun_slowdown_is_the_one_simulated(tmp_path):
+    folder = tmp_path / "m"
+    _results(folder, 64, 1, fixed_ms=0.0, per_tensor_ms=0.0)
+    (folder / "calibration").mkdir()
+    write_json(folder / "calibration" / "calibration.json",
+               {"shared_machine": {"corun_slowdown": 0.06}, "transfer_fit": {"corun_slowdown": 0.05}})
+    benchmark_script("validation_gap").main([str(folder), "--csv", str(tmp_path / "gap.csv")])
+    assert pd.read_csv(tmp_path / "gap.csv")[["corun_measured", "corun_simulated"]].values.tolist() == [[0.06, 0.05]]
 
 
 def test_a_folder_that_is_no_validation_is_refused_naming_it(tmp_path):
