@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces trace-completeness interference-check step-start validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-requests validation-requests-fresh validation-retime-fresh validation-gap validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces trace-completeness interference-check corun-drift step-start validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-requests validation-requests-fresh validation-retime-fresh validation-gap validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -526,6 +526,10 @@ validation-op-traces: params  ## where a split's real step goes: traced real ste
 trace-completeness: params  ## how often a traced step loses the records of what crossed, and what pooling traced steps reads (~5 min)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc repro export@inception_v3
 	$(PY) benchmarks/trace_completeness.py --csv reports/trace_completeness.csv
+
+corun-drift: params  ## does the co-running slowdown follow a split's step over the one-worker step, round by round? (~12 min)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc repro export@inception_v3
+	$(PY) benchmarks/corun_drift.py --csv reports/corun_drift.csv
 
 interference-check: params  ## does a measurement see another job on its cores? quiet runs against a busy loop on a worker's core (~3 min)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc repro export@inception_v3
