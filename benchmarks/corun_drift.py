@@ -21,12 +21,9 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from trinity.cluster import load_cluster
 from trinity.errors import TrinityError, run_main
-from trinity.export import load_exported
-from trinity.placers import place
 from trinity.runtime.calibrate import measure_shared_machine
-from trinity.runtime.runner import Runner
+from trinity.runtime.runner import Runner, placed_on_two_workers
 from trinity.runtime.validate import rank_correlation
 from trinity.runtime.workers import LocalWorkers
 
@@ -55,11 +52,8 @@ def main(argv=None) -> None:
     for field, value in (("--rounds", args.rounds), ("--steps", args.steps), ("--probe-repeats", args.probe_repeats)):
         if value < 1:
             raise TrinityError(f"must be 1 or more, got {value}", field=field)
-    graph, graph_def = load_exported(args.graph, "--graph")
-    cluster = load_cluster(args.cluster)
-    if cluster.n_devices != 2:  # the placer's devices are the workers
-        raise TrinityError(f"has {cluster.n_devices} devices for 2 workers", source=args.cluster, field="--cluster")
-    split = place(args.placer, graph, cluster, seed=0).placement
+    graph, graph_def, placed = placed_on_two_workers(args.graph, args.cluster, [args.placer])
+    split = placed[args.placer]
     single = np.zeros(graph.n_ops, dtype=np.int64)
     rows, start = [], time.perf_counter()
     with LocalWorkers(2, threads=1) as workers:

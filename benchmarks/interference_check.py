@@ -23,11 +23,8 @@ import sys
 import pandas as pd
 from tqdm import tqdm
 
-from trinity.cluster import load_cluster
 from trinity.errors import TrinityError, run_main
-from trinity.export import load_exported
-from trinity.placers import place
-from trinity.runtime.runner import Runner
+from trinity.runtime.runner import Runner, placed_on_two_workers
 from trinity.runtime.workers import LocalWorkers
 
 BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
@@ -68,11 +65,8 @@ def main(argv=None) -> None:
     for field, value in (("--runs", args.runs), ("--steps", args.steps)):
         if value < 1:
             raise TrinityError(f"must be 1 or more, got {value}", field=field)
-    graph, graph_def = load_exported(args.graph, "--graph")
-    cluster = load_cluster(args.cluster)
-    if cluster.n_devices != 2:  # the placer's devices are the workers
-        raise TrinityError(f"has {cluster.n_devices} devices for 2 workers", source=args.cluster, field="--cluster")
-    placement = place(args.placer, graph, cluster, seed=0).placement
+    graph, graph_def, placed = placed_on_two_workers(args.graph, args.cluster, [args.placer])
+    placement = placed[args.placer]
     core = sorted(os.sched_getaffinity(0))[-1]  # the last worker's (workers are pinned in order)
     rows = []
     with LocalWorkers(2, threads=1) as workers:

@@ -22,11 +22,8 @@ import argparse
 import pandas as pd
 from tqdm import tqdm
 
-from trinity.cluster import load_cluster
 from trinity.errors import TrinityError, run_main
-from trinity.export import load_exported
-from trinity.placers import place
-from trinity.runtime.runner import Measurement, Runner
+from trinity.runtime.runner import Measurement, Runner, placed_on_two_workers
 from trinity.runtime.workers import LocalWorkers
 
 #: a strategy with few crossings, a balanced cut, and one that sends a tensor across at almost every edge
@@ -74,12 +71,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.traces < 1:
         raise TrinityError(f"must be 1 or more, got {args.traces}", field="--traces")
-    graph, graph_def = load_exported(args.graph, "--graph")
-    cluster = load_cluster(args.cluster)
-    if cluster.n_devices != 2:
-        raise TrinityError(f"has {cluster.n_devices} devices for 2 workers", source=args.cluster,
-                           field="--cluster")
-    placements = {name: place(name, graph, cluster, seed=0).placement for name in args.placers}
+    graph, graph_def, placements = placed_on_two_workers(args.graph, args.cluster, args.placers)
     rows = []
     with LocalWorkers(2, threads=1) as workers:
         runner = Runner(graph, graph_def, workers)

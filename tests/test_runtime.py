@@ -749,3 +749,15 @@ def test_rank_correlation_is_spearmans_with_ties_sharing_their_mean_rank():
     assert rank_correlation([3.0, 2.0, 1.0], [2.0, 2.0, 1.0]) == pytest.approx(np.sqrt(3) / 2)  # (2.5, 2.5, 1)
     assert rank_correlation([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]) == pytest.approx(-1.0)
     assert np.isnan(rank_correlation([1.0, 2.0], [1.0, 2.0]))  # two points always agree: no evidence
+
+
+def test_placed_on_two_workers_places_each_placer_and_refuses_other_clusters(tiny):
+    from trinity.runtime.runner import placed_on_two_workers
+
+    path, g, graph_def = tiny
+    graph, gd, placed = placed_on_two_workers(path, "p100x2", ["single", "metis"])
+    assert graph.n_ops == g.n_ops and gd == graph_def and list(placed) == ["single", "metis"]
+    assert (placed["single"] == 0).all() and set(placed["metis"]) <= {0, 1}
+    with pytest.raises(PlacementError, match="has 4 devices for 2 workers") as err:
+        placed_on_two_workers(path, "p100x4", ["single"])
+    assert err.value.field == "--cluster" and err.value.source == "p100x4"

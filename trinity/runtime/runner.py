@@ -247,6 +247,21 @@ def worker_cluster(workers: Workers, name: str = "workers") -> Cluster:
 _RECV_LABEL = re.compile(r"\[[^]]*\] \[[^]]*\] (edge_\d+_(\S+)) from (\S+) to (\S+)$")
 
 
+def placed_on_two_workers(graph_path, cluster_name: str, placers) -> tuple[OpGraph, bytes, dict[str, np.ndarray]]:
+    """(graph, GraphDef, {placer: placement}) of a TensorFlow export for 2 local workers: each placer places the
+    graph on ``cluster_name``, a 2-device cluster whose device i runs on worker i (refused in one line
+    otherwise). What the measurement benchmarks start from."""
+    from trinity.cluster import load_cluster
+    from trinity.export import load_exported
+    from trinity.placers import place
+
+    graph, graph_def = load_exported(graph_path, "--graph")
+    cluster = load_cluster(cluster_name)
+    if cluster.n_devices != 2:
+        raise PlacementError(f"has {cluster.n_devices} devices for 2 workers", source=cluster_name, field="--cluster")
+    return graph, graph_def, {name: place(name, graph, cluster, seed=0).placement for name in placers}
+
+
 def _tensor_bytes(node_stats) -> int:
     """The bytes a ``RecvTensor`` record moved (0: an empty tensor, a control edge's)."""
     return sum(int(o.tensor_description.allocation_description.requested_bytes) for o in node_stats.output)
