@@ -498,7 +498,7 @@ validation-retime-fresh: $(STAMP)  ## a fresh InceptionV3 validation (two calibr
 		mlflow.uri=sqlite:///$(CURDIR)/$(RETIME_FRESH)/mlflow.db
 	cp $(RETIME_FRESH)/validate/inception_v3.summary.json reports/validation_retime_fresh_summary.json
 
-validation-gap: $(STAMP)  ## the held-out splits' gap to the simulator per part, a fixed and a per-tensor cost, of the two fresh validations (seconds; validation-requests-fresh and validation-retime-fresh validation-gap first)
+validation-gap: $(STAMP)  ## the held-out splits' gap to the simulator per part, a fixed and a per-tensor cost, of the two fresh validations (seconds; validation-requests-fresh and validation-retime-fresh first)
 	$(PY) benchmarks/validation_gap.py $(RETIME_FRESH)/validate/inception_v3 $(REQUESTS_FRESH)/validate/inception_v3 \
 		--csv reports/validation_gap.csv
 
