@@ -761,3 +761,19 @@ def test_placed_on_two_workers_places_each_placer_and_refuses_other_clusters(tin
     with pytest.raises(PlacementError, match="has 4 devices for 2 workers") as err:
         placed_on_two_workers(path, "p100x4", ["single"])
     assert err.value.field == "--cluster" and err.value.source == "p100x4"
+
+
+@pytest.mark.parametrize("option, value, message", [("--retime-above", "1.5", "must be a share between 0 and 1"),
+                                                    ("--retime-above", "a lot", "expected a number"),
+                                                    ("--retries", "-1", "must be >= 0")])
+def test_cli_refuses_bad_retiming_before_starting_workers(tiny, tmp_path, capsys, monkeypatch, option, value, message):
+    path, _, _ = tiny
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("workers were started")
+
+    monkeypatch.setattr(workers_module, "open_workers", no_workers)
+    monkeypatch.setattr(workers_module, "LocalWorkers", no_workers)
+    with pytest.raises(SystemExit) as exited:
+        main(["validate", str(path), "--placers", "single", option, value, "--out", str(tmp_path / "v")])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
