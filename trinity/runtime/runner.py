@@ -506,10 +506,7 @@ class Runner:
         (`Measurement.retimed_disturbance`). ``on_result`` sees each strategy's measurement after every
         round, so a caller can save what was measured before a later failure.
         """
-        if retime_above is not None and not retime_above >= 0:
-            raise TrinityError(f"must be a share of at least 0, got {retime_above!r}", field="retime_above")
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise TrinityError(f"must be a whole number of at least 0, got {retries!r}", field="retries")
+        check_retiming(retime_above, retries)
         results: dict[str, Measurement] = {}
         with progress_bar(total=rounds * len(placements), desc="measure", unit="run", disable=not progress) as bar:
             for r in range(rounds):
@@ -528,6 +525,18 @@ class Runner:
                         on_result(m)
                     bar.update()
         return results
+
+
+def check_retiming(retime_above, retries, prefix: str = "") -> dict:
+    """``retime_above`` and ``retries`` as `Runner.measure_interleaved` takes them, refused in one line naming the
+    field (after ``prefix``) unless a share of the cores in [0, 1] (or None: never) and a whole number >= 0."""
+    if retime_above is not None and (isinstance(retime_above, bool) or not isinstance(retime_above, (int, float))
+                                     or not 0 <= retime_above <= 1):
+        raise TrinityError(f"must be a share of the cores between 0 and 1 or null, got {retime_above!r}",
+                           field=f"{prefix}retime_above")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise TrinityError(f"must be a whole number of at least 0, got {retries!r}", field=f"{prefix}retries")
+    return {"retime_above": None if retime_above is None else float(retime_above), "retries": retries}
 
 
 def _calmness(run: Measurement) -> float:

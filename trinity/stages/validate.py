@@ -97,15 +97,11 @@ def check_validation(cfg: DictConfig, model: str) -> list[int]:
 
 def retiming_of(cfg: DictConfig) -> dict:
     """``validation.retime_above`` and ``validation.retries`` as `Runner.measure_interleaved` takes them,
-    refused in one line naming the field when they are not a share in [0, 1] (or null) and a whole number."""
+    refused in one line naming the field (`check_retiming`)."""
+    from trinity.runtime.runner import check_retiming
+
     v = cfg.validation
-    above, retries = v.get("retime_above"), v.get("retries", 2)
-    if above is not None and (isinstance(above, bool) or not isinstance(above, (int, float)) or not 0 <= above <= 1):
-        raise TrinityError(f"must be a share of the cores between 0 and 1 or null, got {above!r}",
-                           field="validation.retime_above")
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise TrinityError(f"must be a whole number of at least 0, got {retries!r}", field="validation.retries")
-    return {"retime_above": None if above is None else float(above), "retries": retries}
+    return check_retiming(v.get("retime_above"), v.get("retries", 2), prefix="validation.")
 
 
 def anchor_range_of(cfg: DictConfig) -> tuple[float, float]:
