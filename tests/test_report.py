@@ -133,7 +133,7 @@ def test_table5_is_trinitys_change_against_hierarchical(report):
 #: results.csv files without the measurement's quartiles and the machine's load (older runs), one run each
 NO_NOISE = {"held_out_split_spread_median": None, "held_out_split_resolved_pairs": None,
             "held_out_split_resolved_concordance": None, "load_max": None, "other_cpu_max": None, "steal_max": None,
-            "retimed_runs": None,
+            "retimed_runs": None, "step_sync_drift_ms": None, "held_out_split_unsynced_step_error_median": None,
             "held_out_split_run_to_run_rank": None,
             "held_out_split_run_to_run_error_rank": None, "held_out_split_rank_for_reliability": None,
             "held_out_split_rounds_for_retest": None}
@@ -371,10 +371,12 @@ def test_validation_runs_and_measurement_noise(tmp_path):
 
     folder = tmp_path / "results" / "validate" / "m"
 
-    def write(path, batch, run, real, q1, q3, sim, load, retimed=None):
+    def write(path, batch, run, real, q1, q3, sim, load, retimed=None, synced=None):
         path.mkdir(parents=True, exist_ok=True)
         real = np.array(real)
-        pd.DataFrame({**({} if retimed is None else {"retimed": retimed}),"batch": batch, "run": run, "strategy": ["a", "b", "c"], "source": "search",
+        pd.DataFrame({**({} if retimed is None else {"retimed": retimed}),
+                      **({} if synced is None else {"step_sync_drift_ms": synced, "sync_added_ms": synced}),
+                      "batch": batch, "run": run, "strategy": ["a", "b", "c"], "source": "search",
                       "calibration_set": False, "sim_step_ms": sim, "real_step_ms": real, "real_q1_ms": q1,
                       "real_q3_ms": q3, "real_spread": (np.array(q3) - np.array(q1)) / real,
                       "sim_comm_MB": [1.0, 1.01, 0.97], "real_crossed_MB": 1.0, "comm_error": [0.0, 0.01, -0.03],
@@ -387,7 +389,7 @@ def test_validation_runs_and_measurement_noise(tmp_path):
     write(folder / "run2", 64, 2, [10.0, 10.4, 20.0], [9.0, 10.0, 19.0], [11.0, 11.0, 21.0], [12.0, 11.0, 11.5],
           [0.5, 0.5, 3.0])
     write(folder / "run2" / "batch8", 8, 2, [1.0, 2.0, 4.0], [0.9, 1.9, 3.9], [1.1, 2.1, 4.1], [1.0, 2.0, 4.0],
-          [0.1, 0.1, 0.1], retimed=[0, 2, 1])
+          [0.1, 0.1, 0.1], retimed=[0, 2, 1], synced=0.5)
     table = validation_results(tmp_path / "results")
     assert sorted(zip(table["model"], table["batch"], table["run"]))[::3] == [("m", 8, 2), ("m", 64, 1), ("m", 64, 2)]
     errors = validation_errors(measured(table))
@@ -401,6 +403,11 @@ def test_validation_runs_and_measurement_noise(tmp_path):
     assert errors["m b8 run2"]["held_out_split_rank_correlation"] == 1.0
     # runs timed again: counted where the part recorded them, blank where it predates retiming
     assert errors["m b8 run2"]["retimed_runs"] == 3 and one["retimed_runs"] is None
+    # the step over both workers anchored to its rounds (0.5 ms added to each): simulated 0.5, 1.5 and 3.5 ms
+    # before, against 1, 2 and 4 ms measured; blank where not anchored
+    assert errors["m b8 run2"]["step_sync_drift_ms"] == 0.5
+    assert errors["m b8 run2"]["held_out_split_unsynced_step_error_median"] == 0.25
+    assert one["step_sync_drift_ms"] is None and one["held_out_split_unsynced_step_error_median"] is None
     # both runs order a < b < c by their measurements; batch 8 ran once
     assert one["held_out_split_run_to_run_rank"] == two["held_out_split_run_to_run_rank"] == 1.0
     assert errors["m b8 run2"]["held_out_split_run_to_run_rank"] is None

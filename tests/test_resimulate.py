@@ -50,6 +50,26 @@ def test_compare_recomputes_the_simulated_step_times(tmp_path):
     assert row["streams2_rank_correlation"] == pytest.approx(1.0)
 
 
+def test_compare_anchors_a_step_over_both_workers_to_the_fit_sets_split_rows(tmp_path):
+    cluster = make_cluster(2)
+    validation_folder(tmp_path, cluster)
+    Strategy.from_array(GRAPH, cluster, np.array([0, 1, 0])).save(tmp_path / "strategies" / "held.json")
+    table = pd.read_csv(tmp_path / "results.csv")
+    # the fit set measured 5, 2 and 9 us above its simulation (20, 19, 15 us); single as simulated (16 us)
+    table["source"] = table["strategy"].map({"both": "metis", "b-only": "m-etf", "c-only": "expert",
+                                             "single": "single"})
+    table["calibration_set"] = True
+    table["real_step_ms"] = table["strategy"].map({"both": 0.025, "b-only": 0.021, "c-only": 0.024, "single": 0.016})
+    held = {**table.iloc[1].to_dict(), "strategy": "held", "source": "random", "calibration_set": False,
+            "real_step_ms": 0.024}  # b-only's placement again, held out: 19 us simulated, 24 measured
+    pd.concat([table, pd.DataFrame([held])]).to_csv(tmp_path / "results.csv", index=False)
+    row = compare(tmp_path, synced=True).iloc[0]
+    assert row["synced_drift_ms"] == pytest.approx(0.005)  # the median of 5, 2 and 9 us
+    assert row["now_step_error_median"] == pytest.approx(5 / 24)
+    assert row["synced_step_error_median"] == pytest.approx(0.0, abs=1e-12)
+    assert np.isnan(compare(tmp_path).iloc[0].get("synced_drift_ms", np.nan))  # not asked: not there
+
+
 def test_op_times_are_anchored_to_the_one_worker_step_of_the_same_rounds(tmp_path):
     validation_folder(tmp_path, make_cluster(2))
     table = pd.read_csv(tmp_path / "results.csv")

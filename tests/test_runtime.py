@@ -1,6 +1,7 @@
 """Running strategies on TensorFlow workers: the link fit, the placed GraphDef, real runs on local
 worker processes, refusals before anything runs, and the failures a cluster can throw at a run."""
 
+import dataclasses
 import json
 import os
 import re
@@ -402,7 +403,7 @@ def test_cli_validate_end_to_end(tiny, tmp_path, capsys):
 
 def test_cli_validate_refits_the_transfer_model_to_its_rounds_when_asked(tiny, tmp_path, capsys):
     from trinity.cluster import load_cluster
-    from trinity.runtime.validate import Candidate, refit_to_rounds
+    from trinity.runtime.validate import Candidate, refit_to_rounds, sync_to_rounds
 
     path, _, _ = tiny
     out = tmp_path / "validation"
@@ -412,14 +413,18 @@ def test_cli_validate_refits_the_transfer_model_to_its_rounds_when_asked(tiny, t
     stdout, stderr = capsys.readouterr()
     assert code == 0, stderr
     assert "refitted to the fit set's rows of these rounds" in stdout
+    assert "a step over both workers anchored to the fit set's split rows of these rounds" in stdout  # by default
     table = pd.read_csv(out / "results.csv")
-    # results.csv is the refit's: the calibration's cluster and measurements refitted again give the same rows
+    # results.csv is the refit's, then anchored: the calibration's cluster and measurements refitted and anchored
+    # again give the same rows
     graph = load_graph(out / "calibration" / "graph.json.gz")
     cluster = load_cluster(out / "calibration" / "cluster.yaml")
     candidates = [Candidate(n, s, Strategy.load(out / "strategies" / f"{n}.json").to_indices(graph))
                   for n, s in zip(table["strategy"], table["source"])]
-    again, _, fit = refit_to_rounds(graph, cluster, candidates, table)
-    assert fit is not None and np.allclose(again["sim_step_ms"], table["sim_step_ms"], rtol=1e-9)
+    again, refitted, fit = refit_to_rounds(graph, cluster, candidates, table)
+    again, drift = sync_to_rounds(graph, refitted, candidates, again)
+    assert fit is not None and drift == pytest.approx(table["step_sync_drift_ms"].iloc[0] * 1e3)
+    assert np.allclose(again["sim_step_ms"], table["sim_step_ms"], rtol=1e-9)
     assert np.allclose(table["step_error"], (table["sim_step_ms"] - table["real_step_ms"]) / table["real_step_ms"])
 
 def test_measurements_taken_before_a_worker_dies_are_kept(tiny, tmp_path, monkeypatch):
@@ -648,6 +653,63 @@ def test_refit_to_rounds_fits_the_fit_sets_rows_on_the_anchored_op_times_and_sim
     same_table, same_cluster, none = refit_to_rounds(g, cluster, candidates, few)
     assert none is None and same_cluster is cluster and same_table is few
 
+def test_step_sync_drift_is_the_median_gap_of_the_fit_sets_split_rows_and_stays_a_cost():
+    from trinity.runtime.validate import step_sync_drift_us
+
+    def table(gaps):  # (source, calibration set, MB crossed, measured - simulated ms); every simulation 100 ms
+        return pd.DataFrame([{"strategy": f"s{i}", "source": src, "calibration_set": cal, "real_crossed_MB": mb,
+                              "sim_step_ms": 100.0, "real_step_ms": 100.0 + gap}
+                             for i, (src, cal, mb, gap) in enumerate(gaps)])
+
+    rows = [("metis", True, 5.0, 1.0), ("m-etf", True, 2.0, 10.0), ("expert", True, 9.0, 4.0),
+            ("m-topo", True, 0.0, 70.0),  # fit set, but nothing crossed: not a step over both workers
+            ("single", True, 0.0, 50.0),  # the rounds' anchor: fitted to nothing
+            ("random", False, 3.0, 100.0)]  # held out: never fitted
+    assert step_sync_drift_us(table(rows)) == pytest.approx(4000.0)
+    assert step_sync_drift_us(table(rows[1:])) != step_sync_drift_us(table(rows[1:]))  # 2 split rows: too few, NaN
+    below = [(src, cal, mb, -gap) for src, cal, mb, gap in rows]  # -4 ms, but the cluster's term is 1 ms
+    assert step_sync_drift_us(table(below), step_sync_us=1000.0) == pytest.approx(-1000.0)
+    assert step_sync_drift_us(table(below), step_sync_us=9000.0) == pytest.approx(-4000.0)
+    held = [*rows[:-1], ("random", False, 3.0, -500.0)]  # a held-out row moves nothing
+    assert step_sync_drift_us(table(held)) == pytest.approx(4000.0)
+
+
+def test_sync_to_rounds_adds_the_drift_to_the_step_sync_term_and_simulates_every_row_again():
+    from trinity.runtime.calibrate import times_scaled
+    from trinity.runtime.validate import Candidate, error_summary, sync_to_rounds
+    from trinity.sim import Simulator
+
+    g, cluster, _, _ = fit_case(latency_scale=1.0, step_sync_us=50.0)
+    names = {"round-robin": "round-robin", "m-etf": "m-etf", "metis": "metis", "random": "held-out"}
+    candidates = [Candidate(name, source, place(source, g, cluster, **({"seed": 1} if source == "random" else {}))
+                            .placement) for source, name in names.items()]
+    # the rounds ran the op times 2x the calibration's and every step over both workers 3 ms slower
+    truth = Simulator(times_scaled(g, 2.0), dataclasses.replace(cluster, step_sync_us=3050.0))
+    before = Simulator(times_scaled(g, 2.0), cluster)
+    rows = []
+    for c in candidates:
+        real, sim = truth.simulate(c.placement), before.simulate(c.placement)
+        assert len(set(c.placement)) == 2  # every one a step over both workers
+        rows.append({"strategy": c.name, "source": c.source, "calibration_set": c.source != "random",
+                     "anchor_scale": 2.0, "sim_step_ms": sim.step_time_us / 1e3, "sim_comm_MB": 0.0,
+                     "real_step_ms": real.step_time_us / 1e3, "real_crossed_MB": float(real.sent_bytes.sum()) / 1e6,
+                     "step_error": 0.5, "comm_error": 0.5, "overridden": 0})
+    table = pd.DataFrame(rows)
+    synced, drift = sync_to_rounds(g, cluster, candidates, table)
+    assert drift == pytest.approx(3000.0)
+    assert list(synced.columns) == [*table.columns, "step_sync_drift_ms", "sync_added_ms"]
+    assert synced["step_sync_drift_ms"].tolist() == pytest.approx([3.0] * 4)
+    assert synced["sync_added_ms"].tolist() == pytest.approx([3.0] * 4)
+    assert synced["sim_step_ms"].tolist() == pytest.approx((table["sim_step_ms"] + 3.0).tolist())
+    assert synced["step_error"].abs().max() == pytest.approx(0.0, abs=1e-12)  # the held-out row too
+    summary = error_summary(synced)  # the held-out row before: 3 ms short of its measurement
+    assert summary["step_sync_drift_ms"] == pytest.approx(3.0)
+    assert summary["held_out_split_unsynced_step_error_median"] == pytest.approx(3.0 / table["real_step_ms"].iloc[3])
+    assert summary["held_out_split_step_error_median"] == pytest.approx(0.0, abs=1e-12)
+    same, nan = sync_to_rounds(g, cluster, candidates, table.iloc[2:])  # one fit-set row: too few, as it was
+    assert nan != nan and same.equals(table.iloc[2:])
+
+
 def test_blended_strategies_move_the_differing_groups_in_topological_order():
     from trinity.runtime.validate import blended_strategies
 
@@ -766,7 +828,9 @@ def test_placed_on_two_workers_places_each_placer_and_refuses_other_clusters(tin
 @pytest.mark.parametrize("option, value, message", [("--retime-above", "1.5", "must be a share between 0 and 1"),
                                                     ("--retime-above", "a lot", "expected a number"),
                                                     ("--retries", "-1", "must be >= 0")])
-def test_cli_refuses_bad_retiming_before_starting_workers(tiny, tmp_path, capsys, monkeypatch, option, value, message):
+@pytest.mark.parametrize("command", ["validate", "calibrate"])  # the calibration's fit set is timed again too
+def test_cli_refuses_bad_retiming_before_starting_workers(tiny, tmp_path, capsys, monkeypatch, option, value, message,
+                                                          command):
     path, _, _ = tiny
 
     def no_workers(*args, **kwargs):
@@ -775,5 +839,5 @@ def test_cli_refuses_bad_retiming_before_starting_workers(tiny, tmp_path, capsys
     monkeypatch.setattr(workers_module, "open_workers", no_workers)
     monkeypatch.setattr(workers_module, "LocalWorkers", no_workers)
     with pytest.raises(SystemExit) as exited:
-        main(["validate", str(path), "--placers", "single", option, value, "--out", str(tmp_path / "v")])
+        main([command, str(path), *(["--placers", "single"] if command == "validate" else []), option, value])
     assert exited.value.code == 2 and message in capsys.readouterr().err

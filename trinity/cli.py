@@ -351,7 +351,7 @@ def cmd_validate(args) -> None:
     from trinity.placement import Strategy
     from trinity.plots import plot_sim_vs_real
     from trinity.runtime.validate import (Candidate, candidate_strategies, error_summary, refit_to_rounds,
-                                          validate)
+                                          sync_to_rounds, validate)
 
     _anchor_range(args)  # refused before any worker starts
     g, gd = _exported(args.graph)
@@ -386,6 +386,12 @@ def cmd_validate(args) -> None:
                 print(f"the transfer model refitted to the fit set's rows of these rounds: send CPU share "
                       f"{refitted.send_cpu_share:.2f}, receive {refitted.receive_cpu_share:.2f}, co-running slowdown "
                       f"{cluster.corun_slowdown:.3f}")
+        if not args.no_sync_to_rounds:
+            table, drift = sync_to_rounds(cg, cluster, candidates, table)
+            if drift == drift:
+                table.to_csv(out / "results.csv", index=False)
+                print(f"a step over both workers anchored to the fit set's split rows of these rounds: "
+                      f"{drift / 1e3:+.1f} ms")
     summary = error_summary(table)
     write_json(out / "summary.json", summary)
     tracker = None
@@ -568,9 +574,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="refuse a calibration whose one-worker step moved by a factor outside this (default "
                             "0.5 2; a model whose step is a few ms needs more)")
 
+    def retiming_args(p):  # the fit set's runs (and the validation's) disturbed by others are run again
+        p.add_argument("--retime-above", type=_share, default=0.02, metavar="SHARE",
+                       help="run a strategy again when others took more than this share of the cores during its run "
+                            "(default 0.02)")
+        p.add_argument("--retries", type=_int_in(0), default=2, help="at most this many runs again per run (0: never)")
+
     p = sub.add_parser("calibrate", help="measure workers' link and per-op costs; write the simulator's cluster")
     p.add_argument("graph", help="a TensorFlow export (its GraphDef lies beside it)")
     worker_args(p)
+    retiming_args(p)
     p.add_argument("--calibration", default="calibration", help="output folder (cluster.yaml, graph.json.gz)")
     p.set_defaults(fn=cmd_calibrate)
 
@@ -585,13 +598,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit-to-rounds", action="store_true",
                    help="simulate on the transfer model fitted again to the fit set's rows of these rounds (with 3 or "
                         "more of its placers among the strategies), not the calibration's")
+    p.add_argument("--no-sync-to-rounds", action="store_true",
+                   help="simulate a step over both workers with the calibration's synchronisation alone, not anchored "
+                        "to the fit set's split rows of these rounds (3 or more of its placers among the strategies)")
     p.add_argument("--rounds", type=_int_in(1), default=3, help="interleaved rounds over all strategies")
     p.add_argument("--steps", type=_int_in(1), default=3, help="timed steps per strategy per round")
     p.add_argument("--warmup", type=_int_in(0), default=2)
-    p.add_argument("--retime-above", type=_share, default=0.02, metavar="SHARE",
-                   help="run a strategy again when others took more than this share of the cores during its run "
-                        "(default 0.02)")
-    p.add_argument("--retries", type=_int_in(0), default=2, help="at most this many runs again per run (0: never)")
+    retiming_args(p)
     p.add_argument("--timeout", type=_positive_float, default=300.0, help="seconds any one run may take")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--out", default="validation", help="output folder (results.csv, sim_vs_real.png)")

@@ -42,7 +42,8 @@ def validation_errors(measured: pd.DataFrame) -> dict[str, dict]:
                 "held_out_split_comm_error_max", "held_out_split_comm_error_floor_max",
                 "held_out_split_comm_unrecorded", "held_out_split_spread_median",
                 "held_out_split_resolved_pairs",
-                "held_out_split_resolved_concordance", "load_max", "other_cpu_max", "steal_max", "retimed_runs")
+                "held_out_split_resolved_concordance", "load_max", "other_cpu_max", "steal_max", "retimed_runs",
+                "step_sync_drift_ms", "held_out_split_unsynced_step_error_median")
         s = {k: s.get(k, float("nan")) for k in keys}
         name = (model if batch == -1 else f"{model} b{int(batch)}") + (f" run{int(r)}" if runs[model] > 1 else "")
         out[name] = {k: (None if s[k] != s[k] else round(float(s[k]), 4)) if isinstance(s[k], float) else s[k]
@@ -110,6 +111,10 @@ def _pct(v) -> str:
 
 def _corr(v) -> str:
     return "" if v is None else f"{v:.2f}"
+
+
+def _ms(v) -> str:
+    return "" if v is None else f"{v:+.1f} ms"
 
 
 def _count(v) -> str:
@@ -283,11 +288,15 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
                   "load average during the measurements; other CPU, steal: the largest share of the cores' time "
                   "that other processes and other virtual machines took during one run (`trinity.machine`; blank "
                   "in validations from before it was recorded); timed again: runs during which they took more than "
-                  "`validation.retime_above`, run again and the calmest kept (blank before retiming).", "",
+                  "`validation.retime_above`, run again and the calmest kept (blank before retiming); two-worker "
+                  "drift: what a step over both workers cost beyond the simulator's account in the fit set's split "
+                  "rows of the same rounds, added to every such step (`validation.sync_to_rounds`), and the held-out "
+                  "median error without it (blank where not anchored).", "",
                   "| model, batch | strategies | median error, all | held-out split | median error | p90 | "
                   "rank corr., all | rank corr., held-out split | max comm. error | spread | resolved pairs | "
-                  "alike | run to run | for reliability | errors run to run | load | other CPU | steal | timed again |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "alike | run to run | for reliability | errors run to run | load | other CPU | steal | timed again | "
+                  "two-worker drift | median error without it |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {model} | {v['strategies']} | {_pct(v['step_error_median'])} | "
                   f"{v['held_out_split_strategies']} | {_pct(v['held_out_split_step_error_median'])} | "
                   f"{_pct(v['held_out_split_step_error_p90'])} | {_corr(v['rank_correlation'])} | "
@@ -297,7 +306,8 @@ def report_markdown(t3: pd.DataFrame, t4: pd.DataFrame, t5: pd.DataFrame, summar
                   f"{_corr(v.get('held_out_split_run_to_run_rank'))} | "
                   f"{_corr(v.get('held_out_split_rank_for_reliability'))} | "
                   f"{_corr(v.get('held_out_split_run_to_run_error_rank'))} | {_corr(v.get('load_max'))} | "
-                  f"{_pct(v.get('other_cpu_max'))} | {_pct(v.get('steal_max'))} | {_count(v.get('retimed_runs'))} |"
+                  f"{_pct(v.get('other_cpu_max'))} | {_pct(v.get('steal_max'))} | {_count(v.get('retimed_runs'))} | "
+                  f"{_ms(v.get('step_sync_drift_ms'))} | {_pct(v.get('held_out_split_unsynced_step_error_median'))} |"
                   for model, v in summary["validation"].items()]
         misses = [line for model, v in summary["validation"].items() for line in target_misses(model, v)]
         lines += ["", *(misses or ["Every held-out split row meets the bars."])]

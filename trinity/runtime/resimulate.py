@@ -18,6 +18,7 @@ all its batches (nothing is fitted at the other batches).
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --refit calibration --rules LABEL ...
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --unanchored   # before the round anchor
     python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --rounds-refit  # the calibration's fit too
+    python -m trinity.runtime.resimulate results/validate/nmt_2layer_s12 --synced  # with and without sync_to_rounds
     make validation-fit-rules   # both models, both sources -> reports/validation_fit_rules*.csv
 """
 
@@ -41,7 +42,7 @@ from trinity.runtime.calibrate import (FITTED_CORUN_SLOWDOWNS, FITTED_LATENCY_SC
                                       LINK_STREAMS, RECEIVE_SHARES, SEND_SHARES, TransferFit, fit_transfer_model,
                                       times_scaled)
 from trinity.runtime.validate import (Candidate, anchor_row, anchored_to_rounds, error_summary, fit_set_rows,
-                                      refit_to_rounds)
+                                      refit_to_rounds, sync_to_rounds)
 from trinity.sim import Simulator
 
 class FitRule(NamedTuple):
@@ -150,14 +151,16 @@ def resimulate_part(part: Path, cluster: Cluster, round_anchor: bool = True) -> 
 FIGURES = ("held_out_split_step_error_median", "held_out_split_step_error_p90", "held_out_split_rank_correlation")
 
 
-def compare(folder, link_streams: int | None = None, unanchored: bool = False, rounds_refit: bool = False
-            ) -> pd.DataFrame:
+def compare(folder, link_streams: int | None = None, unanchored: bool = False, rounds_refit: bool = False,
+            synced: bool = False) -> pd.DataFrame:
     """One row per run and batch: the committed figures, those of the simulator now on the calibrated
     cluster, (with ``link_streams``) those of the same cluster carrying that many transfers at once,
     (with ``unanchored``) those of the op times not anchored to the part's rounds (`resimulate_part`), and
     (with ``rounds_refit``) those of the transfer model fitted again to the fit set's rows of the run's
     rounds at its own batch (`refit_to_rounds`, as `validate` does with ``validation.refit_to_rounds``), at every
-    batch of the run."""
+    batch of the run, and (with ``synced``) those of the simulator now with a step over both workers anchored
+    to the fit set's split rows of each part's rounds (`sync_to_rounds`, the ms it added as ``synced_drift_ms``:
+    "now" is without it, whether or not the validation anchored it)."""
     rows, refitted = [], {}
     for run, batch, part, cluster_file in parts(folder):
         cluster = load_cluster(cluster_file)
@@ -176,12 +179,19 @@ def compare(folder, link_streams: int | None = None, unanchored: bool = False, r
             tables[f"streams{link_streams}"] = resimulate_part(part, streams)
         if unanchored:
             tables["unanchored"] = resimulate_part(part, cluster, round_anchor=False)
+        drift = float("nan")
+        if synced:
+            now, graph = tables["now"], load_graph(part / "calibration" / "graph.json.gz")
+            candidates = [Candidate(n, s, _placement(part, n, graph)) for n, s in zip(now["strategy"], now["source"])]
+            tables["synced"], drift = sync_to_rounds(graph, cluster, candidates, now)
         row = {"run": run, "batch": _batch(part, committed) if batch is None else batch,
                "held_out_split": int(error_summary(committed)["held_out_split_strategies"])}
         for name, table in tables.items():
             summary = error_summary(table)
             row.update({f"{name}_{key.removeprefix('held_out_split_')}": summary[key] for key in FIGURES})
             row[f"{name}_anchor_scale"] = summary["anchor_scale"]
+        if synced:
+            row["synced_drift_ms"] = drift / 1e3
         if rounds_refit:  # the terms the refit chose (the run's own batch's, for every batch)
             row.update({f"rounds_refit_{key}": float(getattr(refitted[run], key))
                         for key in ("send_cpu_share", "link_streams", "corun_slowdown")})
@@ -323,6 +333,9 @@ def main(argv=None) -> None:
                    help="also simulate on the calibrated op times as they are, not anchored to each part's rounds")
     p.add_argument("--rounds-refit", action="store_true",
                    help="also simulate on the transfer model fitted again to the fit set's rows of each run's rounds")
+    p.add_argument("--synced", action="store_true",
+                   help="also simulate with a step over both workers anchored to the fit set's split rows of each "
+                        "part's rounds (sync_to_rounds), and report the figures without it as 'now'")
     p.add_argument("--csv", default=None, metavar="PATH",
                    help="write every folder's held-out figures per run and batch (with --refit: per rule, with the "
                         "fit; else the comparison printed)")
@@ -332,7 +345,7 @@ def main(argv=None) -> None:
     tables = []
     for folder in args.folders:
         print(folder)
-        compared = compare(folder, args.link_streams, args.unanchored, args.rounds_refit)
+        compared = compare(folder, args.link_streams, args.unanchored, args.rounds_refit, args.synced)
         print(compared.to_string(**fmt))
         if not args.refit:
             tables.append(compared.assign(model=Path(folder).name, folder=str(folder)))

@@ -8,7 +8,9 @@ placements run once. A model the search stage did not run on gets strategies of 
 search and graded blends between pairs of placers (``validation.blends``), found once at the model's
 own batch on the first calibration. With ``validation.refit_to_rounds`` the transfer model is fitted
 again to the fit placers' rows of the rounds at the model's own batch (`refit_to_rounds`), and that
-fit serves the run's other batches. Then the same strategies run at
+fit serves the run's other batches. With ``validation.sync_to_rounds`` (on by default) the cost of a
+step over both workers is anchored to the fit set's split rows of each part's own rounds (`sync_to_rounds`),
+a part's alone. Then the same strategies run at
 each of ``validation.batches``, the model exported at that batch: its op times are measured on the
 workers again, while the link, transfer and shared-machine terms fitted at the model's own batch are
 kept, so nothing is fitted at these batches. All of it runs ``validation.runs`` times, each with fresh
@@ -81,8 +83,9 @@ def check_validation(cfg: DictConfig, model: str) -> list[int]:
         raise TrinityError(f"must be a positive integer, got {runs!r}", field="validation.runs")
     anchor_range_of(cfg)
     retiming_of(cfg)
-    if not isinstance(v.get("refit_to_rounds", False), bool):
-        raise TrinityError(f"must be true or false, got {v.refit_to_rounds!r}", field="validation.refit_to_rounds")
+    for key in ("refit_to_rounds", "sync_to_rounds"):
+        if not isinstance(v.get(key, False), bool):
+            raise TrinityError(f"must be true or false, got {v[key]!r}", field=f"validation.{key}")
     if v.cluster_spec is None:
         cores = len(os.sched_getaffinity(0))
         if v.workers * v.threads_per_worker > cores:
@@ -222,9 +225,11 @@ def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, t
              refit: bool = False) -> tuple[dict, object]:
     """Simulate and measure ``chosen``; results.csv, summary.json and the scatter plot into ``out`` and
     MLflow (under ``artifacts``, a folder, or at the top). ``refit``: the transfer model fitted again to
-    the fit set's rows of these rounds (`refit_to_rounds`). (summary, the cluster simulated on)."""
+    the fit set's rows of these rounds (`refit_to_rounds`); ``validation.sync_to_rounds``: the step over both
+    workers anchored to them (`sync_to_rounds`). (summary, the cluster simulated on, but the step's anchoring:
+    a part's own)."""
     from trinity.plots import plot_sim_vs_real
-    from trinity.runtime.validate import error_summary, refit_to_rounds, validate
+    from trinity.runtime.validate import error_summary, refit_to_rounds, sync_to_rounds, validate
 
     v = cfg.validation
     table = validate(graph, graph_def, workers, cluster, chosen, out_dir=out, rounds=v.rounds, steps=v.steps,
@@ -234,6 +239,8 @@ def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, t
     if refit:  # the held-out figures on the calibration's fit are kept beside the refit's
         before = error_summary(table)
         table, cluster, refitted = refit_to_rounds(graph, cluster, chosen, table)
+    if v.get("sync_to_rounds", False):  # the held-out error before it stays in the summary (error_summary)
+        table, _ = sync_to_rounds(graph, cluster, chosen, table)
     table.insert(0, "batch", batch)
     table.insert(1, "run", run)
     table.to_csv(out / "results.csv", index=False)
