@@ -273,4 +273,8 @@ def _measure(cfg, job, graph, graph_def, workers, cluster, chosen, out, batch, t
               f"{refitted.send_cpu_share:.2f}, co-running slowdown {cluster.corun_slowdown:.3f}; held-out split rank "
               f"{before['held_out_split_rank_correlation']:.3f} on the calibration's fit, "
               f"{summary['held_out_split_rank_correlation']:.3f} on this")
+    if summary["step_sync_drift_ms"] == summary["step_sync_drift_ms"]:
+        print(f"  a step over both workers {summary['step_sync_drift_ms']:+.1f} ms, anchored to the fit set's split "
+              f"rows of these rounds; held-out split {summary['held_out_split_unsynced_step_error_median']:.3f} "
+              f"without it")
     return summary, cluster
