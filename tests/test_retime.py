@@ -80,6 +80,14 @@ def test_a_disturbed_run_is_run_again_and_the_calmest_kept():
     assert error_summary(_table(out))["retimed_runs"] == 3
 
 
+def test_the_progress_line_counts_the_runs_timed_again(capsys):
+    runner = ScriptedRunner({"a": [(20.0, 0.0, 0.05), (21.0, 0.0, 0.04), (22.0, 0.0, 0.0)],
+                             "b": [(10.0, 0.0, 0.03), (11.0, 0.0, 0.0)]})
+    p = np.zeros(1, dtype=int)
+    runner.measure_interleaved({"a": p, "b": p}, rounds=1, progress=True, retime_above=0.02, retries=2)
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("timed_again=3")  # a's 2, b's 1
+
+
 def test_without_a_limit_or_retries_every_run_is_kept_as_it_came():
     p = np.zeros(1, dtype=int)
     for kwargs in ({"retime_above": None}, {"retime_above": 0.02, "retries": 0}):

@@ -508,6 +508,7 @@ class Runner:
         """
         check_retiming(retime_above, retries)
         results: dict[str, Measurement] = {}
+        again = 0  # runs timed again so far, shown beside the strategy-rounds the bar counts
         with progress_bar(total=rounds * len(placements), desc="measure", unit="run", disable=not progress) as bar:
             for r in range(rounds):
                 for name, p in _round_order(placements, r):
@@ -523,6 +524,9 @@ class Runner:
                         m.absorb(run, kept)
                     if on_result is not None:
                         on_result(m)
+                    if len(runs) > 1:
+                        again += len(runs) - 1
+                        bar.set_postfix(timed_again=again, refresh=False)
                     bar.update()
         return results
 
