@@ -115,17 +115,17 @@ def main(argv=None) -> None:
                     placed = placed_graph_def(runner.graph_def, graph, placement, workers.devices)
                     tf.compat.v1.import_graph_def(stamped(placed, workers.devices), name="")
                 with tf.compat.v1.Session(workers.target, graph=tf_graph, config=runner.session_config()) as sess:
-                    runner._run(sess, graph.meta["init_op"], f"initialising {name}")
+                    runner.session_run(sess, graph.meta["init_op"], f"initialising {name}")
                     for _ in range(2):
-                        runner._run(sess, runner.fetches + starts, f"a step of {name}")
+                        runner.session_run(sess, runner.fetches + starts, f"a step of {name}")
                     timed = []
                     for _ in range(args.steps):
                         call = time.time()
-                        out, _ = runner._run(sess, runner.fetches + starts, f"a step of {name}")
+                        out, _ = runner.session_run(sess, runner.fetches + starts, f"a step of {name}")
                         timed.append({"graph": f"{graph.name} b{graph.meta.get('batch_size', '?')}",
                                       "strategy": name, "round": r, "step_ms": (time.time() - call) * 1e3,
                                       "start0_ms": (out[-2] - call) * 1e3, "start1_ms": (out[-1] - call) * 1e3})
-                    _, traced = runner._run(sess, runner.fetches, f"a traced step of {name}", trace=True)
+                    _, traced = runner.session_run(sess, runner.fetches, f"a traced step of {name}", trace=True)
                     crossings = len(trace_transfers(traced, workers.devices)[0])
                     received = receives(traced, workers.devices)
                     rows += [{**row, "crossings": crossings, "received0": received[0], "received1": received[1]}

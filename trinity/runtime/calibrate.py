@@ -269,15 +269,15 @@ def measure_shared_machine(graph: OpGraph, graph_def: bytes, workers: Workers, *
 
     def timed(sess, key, fetch):
         t0 = time.perf_counter()
-        runner._run(sess, fetch, f"the shared-machine measurement ({key})")
+        runner.session_run(sess, fetch, f"the shared-machine measurement ({key})")
         times[key].append((time.perf_counter() - t0) * 1e6)
 
     with tf.compat.v1.Session(workers.target, graph=tf_graph, config=runner.session_config()) as sess:
-        runner._run(sess, [f"a/{graph.meta['init_op']}", f"b/{graph.meta['init_op']}"], "initialising both copies")
+        runner.session_run(sess, [f"a/{graph.meta['init_op']}", f"b/{graph.meta['init_op']}"], "initialising both copies")
         for key in ("A", "B", "AB"):  # warm-up
-            runner._run(sess, fetches[key], "a warm-up step")
+            runner.session_run(sess, fetches[key], "a warm-up step")
         for _ in range(3):
-            runner._run(sess, [local, both], "a warm-up no-op")
+            runner.session_run(sess, [local, both], "a warm-up no-op")
         for r in range(sync_repeats):
             for key, fetch in ((("local", local), ("both", both)) if r % 2 == 0 else (("both", both), ("local", local))):
                 timed(sess, key, fetch)

@@ -430,7 +430,9 @@ class Runner:
             opts.output_partition_graphs = True
         return opts
 
-    def _run(self, sess, fetches, what: str, trace: bool = False):
+    def session_run(self, sess, fetches, what: str, trace: bool = False):
+        """(``sess.run(fetches)``'s result, its run metadata with ``trace``) within the runner's timeout; a
+        worker that died or a step past the timeout is a `WorkerError` naming ``what`` (and the dead worker)."""
         import tensorflow as tf
 
         run_metadata = tf.compat.v1.RunMetadata() if trace else None
@@ -464,21 +466,21 @@ class Runner:
                                                            self.workers.devices), name="")
         start = time.perf_counter()
         with tf.compat.v1.Session(self.workers.target, graph=tf_graph, config=self.session_config()) as sess:
-            self._run(sess, self.graph.meta["init_op"], f"initialising {name}")
+            self.session_run(sess, self.graph.meta["init_op"], f"initialising {name}")
             for _ in range(warmup):
-                m.loss.append(self._loss(self._run(sess, self.fetches, f"a step of {name}")[0]))
+                m.loss.append(self._loss(self.session_run(sess, self.fetches, f"a step of {name}")[0]))
             m.setup_s += time.perf_counter() - start
             times = []
             for _ in range(steps):
                 t0 = time.perf_counter()
-                out, _ = self._run(sess, self.fetches, f"a step of {name}")
+                out, _ = self.session_run(sess, self.fetches, f"a step of {name}")
                 times.append((time.perf_counter() - t0) * 1e6)
                 m.loss.append(self._loss(out))
             m.step_us += times
             if times:
                 m.round_median_us.append(float(statistics.median(times)))
             if trace:
-                out, md = self._run(sess, self.fetches, f"a traced step of {name}", trace=True)
+                out, md = self.session_run(sess, self.fetches, f"a traced step of {name}", trace=True)
                 m.loss.append(self._loss(out))
                 m.add_trace(*_trace_figures(md, self.graph, asked, self.workers.devices))
                 if keep_ops:
