@@ -653,7 +653,7 @@ def test_refit_to_rounds_fits_the_fit_sets_rows_on_the_anchored_op_times_and_sim
     same_table, same_cluster, none = refit_to_rounds(g, cluster, candidates, few)
     assert none is None and same_cluster is cluster and same_table is few
 
-def test_step_sync_drift_is_the_median_gap_of_the_fit_sets_split_rows_and_stays_a_cost():
+def test_step_sync_drift_is_the_median_gap_of_the_fit_sets_split_rows():
     from trinity.runtime.validate import step_sync_drift_us
 
     def table(gaps):  # (source, calibration set, MB crossed, measured - simulated ms); every simulation 100 ms
@@ -667,14 +667,14 @@ def test_step_sync_drift_is_the_median_gap_of_the_fit_sets_split_rows_and_stays_
             ("random", False, 3.0, 100.0)]  # held out: never fitted
     assert step_sync_drift_us(table(rows)) == pytest.approx(4000.0)
     assert step_sync_drift_us(table(rows[1:])) != step_sync_drift_us(table(rows[1:]))  # 2 split rows: too few, NaN
-    below = [(src, cal, mb, -gap) for src, cal, mb, gap in rows]  # -4 ms, but the cluster's term is 1 ms
-    assert step_sync_drift_us(table(below), step_sync_us=1000.0) == pytest.approx(-1000.0)
-    assert step_sync_drift_us(table(below), step_sync_us=9000.0) == pytest.approx(-4000.0)
+    faster = [(src, cal, mb, -gap) for src, cal, mb, gap in rows]  # splits faster than simulated: below 0
+    assert step_sync_drift_us(table(faster)) == pytest.approx(-4000.0)
     held = [*rows[:-1], ("random", False, 3.0, -500.0)]  # a held-out row moves nothing
     assert step_sync_drift_us(table(held)) == pytest.approx(4000.0)
 
 
-def test_sync_to_rounds_adds_the_drift_to_the_step_sync_term_and_simulates_every_row_again():
+@pytest.mark.parametrize("drift_ms", [3.0, -0.5])  # below 0: the splits ran faster than the calibration's model
+def test_sync_to_rounds_adds_the_drift_to_the_step_sync_term_and_simulates_every_row_again(drift_ms):
     from trinity.runtime.calibrate import times_scaled
     from trinity.runtime.validate import Candidate, error_summary, sync_to_rounds
     from trinity.sim import Simulator
@@ -683,8 +683,8 @@ def test_sync_to_rounds_adds_the_drift_to_the_step_sync_term_and_simulates_every
     names = {"round-robin": "round-robin", "m-etf": "m-etf", "metis": "metis", "random": "held-out"}
     candidates = [Candidate(name, source, place(source, g, cluster, **({"seed": 1} if source == "random" else {}))
                             .placement) for source, name in names.items()]
-    # the rounds ran the op times 2x the calibration's and every step over both workers 3 ms slower
-    truth = Simulator(times_scaled(g, 2.0), dataclasses.replace(cluster, step_sync_us=3050.0))
+    # the rounds ran the op times 2x the calibration's and every step over both workers drift_ms slower
+    truth = Simulator(times_scaled(g, 2.0), dataclasses.replace(cluster, step_sync_us=50.0 + drift_ms * 1e3))
     before = Simulator(times_scaled(g, 2.0), cluster)
     rows = []
     for c in candidates:
@@ -696,15 +696,16 @@ def test_sync_to_rounds_adds_the_drift_to_the_step_sync_term_and_simulates_every
                      "step_error": 0.5, "comm_error": 0.5, "overridden": 0})
     table = pd.DataFrame(rows)
     synced, drift = sync_to_rounds(g, cluster, candidates, table)
-    assert drift == pytest.approx(3000.0)
+    assert drift == pytest.approx(drift_ms * 1e3)
     assert list(synced.columns) == [*table.columns, "step_sync_drift_ms", "sync_added_ms"]
-    assert synced["step_sync_drift_ms"].tolist() == pytest.approx([3.0] * 4)
-    assert synced["sync_added_ms"].tolist() == pytest.approx([3.0] * 4)
-    assert synced["sim_step_ms"].tolist() == pytest.approx((table["sim_step_ms"] + 3.0).tolist())
+    assert synced["step_sync_drift_ms"].tolist() == pytest.approx([drift_ms] * 4)
+    assert synced["sync_added_ms"].tolist() == pytest.approx([drift_ms] * 4)
+    assert synced["sim_step_ms"].tolist() == pytest.approx((table["sim_step_ms"] + drift_ms).tolist())
     assert synced["step_error"].abs().max() == pytest.approx(0.0, abs=1e-12)  # the held-out row too
-    summary = error_summary(synced)  # the held-out row before: 3 ms short of its measurement
-    assert summary["step_sync_drift_ms"] == pytest.approx(3.0)
-    assert summary["held_out_split_unsynced_step_error_median"] == pytest.approx(3.0 / table["real_step_ms"].iloc[3])
+    summary = error_summary(synced)  # the held-out row before: drift_ms off its measurement
+    assert summary["step_sync_drift_ms"] == pytest.approx(drift_ms)
+    assert summary["held_out_split_unsynced_step_error_median"] == pytest.approx(abs(drift_ms)
+                                                                                 / table["real_step_ms"].iloc[3])
     assert summary["held_out_split_step_error_median"] == pytest.approx(0.0, abs=1e-12)
     same, nan = sync_to_rounds(g, cluster, candidates, table.iloc[2:])  # one fit-set row: too few, as it was
     assert nan != nan and same.equals(table.iloc[2:])

@@ -141,7 +141,7 @@ class Cluster:
     send_cpu_share: float = 0.0  # fraction of a transfer's time the sender's processor spends on it
     receive_cpu_share: float = 0.0  # fraction of its time the receiver's processor spends on a tensor that arrived
     corun_slowdown: float = 0.0  # c: with k processors busy each runs at 1 / (1 + c (k - 1)) of its speed
-    step_sync_us: float = 0.0  # s: a step over m devices takes s (m - 1) longer
+    step_sync_us: float = 0.0  # s: a step over m devices takes s (m - 1) longer (a file's: >= 0)
     link_streams: int = 1  # k: transfers each sender carries at once (1: one at a time, FIFO)
     control_transfers: bool = False  # a control edge between devices moves an empty tensor
     ready_order: str = "fifo"  # which runnable op a device takes next: the oldest, or the newest (READY_ORDERS)

@@ -187,17 +187,16 @@ def refit_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate
     return pd.DataFrame(rows, columns=table.columns), refitted, fit
 
 
-def step_sync_drift_us(table: pd.DataFrame, step_sync_us: float = 0.0) -> float:
-    """How much more a step over both workers cost in these rounds than simulated, in microseconds: the
-    median, over the fit set's rows that split the step, of measured minus simulated step, and no lower than
-    ``-step_sync_us`` (the cluster's synchronisation term plus this drift stays a cost, never below 0). NaN
+def step_sync_drift_us(table: pd.DataFrame) -> float:
+    """How much more a step over both workers cost in these rounds than simulated, in microseconds (below 0:
+    less): the median, over the fit set's rows that split the step, of measured minus simulated step. NaN
     with fewer than `REFIT_MIN_STRATEGIES` such rows (or none measured)."""
     if "real_step_ms" not in table:
         return float("nan")
     rows = table[fit_set_rows(table) & split_rows(table)]
     if len(rows) < REFIT_MIN_STRATEGIES:
         return float("nan")
-    return max(float(np.median(rows["real_step_ms"] - rows["sim_step_ms"])) * 1e3, -step_sync_us)
+    return float(np.median(rows["real_step_ms"] - rows["sim_step_ms"])) * 1e3
 
 
 def sync_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate], table: pd.DataFrame
@@ -212,12 +211,14 @@ def sync_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate]
     split rows, timed in the same rounds, do: their median gap (`step_sync_drift_us`) joins the cluster's step
     synchronisation, which the simulator adds to every step over two devices, and every row is simulated
     again on the op times the rounds anchored (``table``'s ``anchor_scale``; ``graph`` the calibrated one).
-    Nothing held out is fitted. The rows record the drift (``step_sync_drift_ms``) and what it added to their
+    The gap may be below 0 (NMT's splits ran 41-90 ms faster than its calibration's model said), and then
+    so may the term: a correction in this re-simulation alone, never a cluster file's. Nothing held out is
+    fitted. The rows record the drift (``step_sync_drift_ms``) and what it added to their
     simulated step (``sync_added_ms``: 0 on one worker); with too few fit-set split rows, ``table`` as it was
     and a drift of NaN."""
     from trinity.sim import Simulator
 
-    drift = step_sync_drift_us(table, cluster.step_sync_us)
+    drift = step_sync_drift_us(table)
     if drift != drift:
         return table, drift
     scale = table["anchor_scale"].dropna()

@@ -574,7 +574,8 @@ def _simulate(dev, times, output_total, tensor_bytes, local_bytes, tensor_owner,
     for i in range(n):
         if end[i] > step:
             step = end[i]
-    if sync_us > 0.0:  # a step over k devices waits k - 1 extra rounds of the master's step protocol
+    if sync_us != 0.0:  # a step over k devices waits k - 1 extra rounds of the master's step protocol
+        # (below 0 only as a validation's anchor to its rounds: `trinity.runtime.validate.sync_to_rounds`)
         used = np.zeros(n_dev, np.bool_)
         for i in range(n):
             used[dev[i]] = True
