@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-all test-slurm params estimate repro paper-slice paper-slice-check remote push pull bench bench-export \
 	speed-model-check \
-	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces trace-completeness interference-check corun-drift step-start validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-requests validation-requests-fresh validation-retime-fresh validation-sync-fresh validation-sync-anchor validation-gap validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
+	search-table ablation ablation-gate ablation-explore anneal-calibration variety-graphs paper-graphs search-paper-models search-variety search-variety-previous search-variety-stretches search-variety-mode search-variety-explore search-variety-variant search-variety-budget100 search-fresh-variant search-fresh search-fresh-budget100 search-fresh-stretches search-default-cases search-default-cases-stretches search-default-knobs search-default-racing groups-hold-split search-default-portfolio search-default-block-prior search-default-budget search-hierarchical-budget search-regime-seeds search-regime-seeds-budget100 search-regime-basin search-default-three-racers search-default-five-racers search-default-racers-660 search-fresh-budget1200 search-leader-explore search-adapt-explore search-neighbour-moves leader-moves search-dev bounds learned-list-policy learned-list-table validate worker-semantics validation-fit-rules validation-transfer-terms validation-round-anchor validation-what-if validation-op-traces trace-completeness interference-check corun-drift step-start validation-fit-set validation-ready-order validation-sends validation-sends-fresh validation-requests validation-requests-fresh validation-retime-fresh validation-sync-fresh validation-sync-iv3-fresh validation-sync-anchor validation-gap validation-corun validation-rounds-refit validation-share-of-bytes validation-share-of-bytes-fresh families-repeat dp-compute-term wakeup-latency measurement-noise clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -507,10 +507,22 @@ validation-sync-fresh: $(STAMP)  ## a fresh NMT validation (two calibrations), o
 		hydra/job_logging=stdout job.model=nmt_2layer_s12 paths.results=$(SYNC_FRESH) \
 		paths.reports=$(SYNC_FRESH)/reports paths.runs=$(SYNC_FRESH)/runs \
 		mlflow.uri=sqlite:///$(CURDIR)/$(SYNC_FRESH)/mlflow.db
+	cp $(SYNC_FRESH)/validate/nmt_2layer_s12.summary.json reports/validation_sync_fresh_summary.json
 
-validation-sync-anchor: $(STAMP)  ## the fresh validations with and without a step over both workers anchored to each part's rounds (~1 min; validation-requests-fresh, -retime-fresh and -sync-fresh first)
+SYNC_IV3_FRESH := runs/validation_sync_iv3_fresh
+validation-sync-iv3-fresh: $(STAMP)  ## a fresh InceptionV3 validation (one calibration) with the two-worker anchor on, outside DVC (~50 min, quiet job; SEARCHES= as validation-retime-fresh)
+	rm -rf $(SYNC_IV3_FRESH) && mkdir -p $(SYNC_IV3_FRESH)/reports $(SYNC_IV3_FRESH)/runs
+	ln -s $(SEARCHES) $(SYNC_IV3_FRESH)/search
+	$(PY) pipeline/validate.py -cd . -cn params hydra.run.dir=$(SYNC_IV3_FRESH)/hydra hydra.output_subdir=null \
+		hydra/job_logging=stdout job.model=inception_v3 paths.results=$(SYNC_IV3_FRESH) \
+		paths.reports=$(SYNC_IV3_FRESH)/reports paths.runs=$(SYNC_IV3_FRESH)/runs \
+		mlflow.uri=sqlite:///$(CURDIR)/$(SYNC_IV3_FRESH)/mlflow.db validation.runs=1
+	cp $(SYNC_IV3_FRESH)/validate/inception_v3.summary.json reports/validation_sync_iv3_fresh_summary.json
+
+validation-sync-anchor: $(STAMP)  ## fresh validations with and without a step over both workers anchored to each part's rounds (~1 min; validation-requests-fresh, -retime-fresh, -sync-fresh and -sync-iv3-fresh first)
 	$(PY) -m trinity.runtime.resimulate $(REQUESTS_FRESH)/validate/inception_v3 $(RETIME_FRESH)/validate/inception_v3 \
-		$(SYNC_FRESH)/validate/nmt_2layer_s12 --synced --csv reports/validation_sync_anchor.csv
+		$(SYNC_FRESH)/validate/nmt_2layer_s12 $(SYNC_IV3_FRESH)/validate/inception_v3 --synced \
+		--csv reports/validation_sync_anchor.csv
 
 validation-gap: $(STAMP)  ## the held-out splits' gap to the simulator per part, a fixed and a per-tensor cost, of the two fresh validations (seconds; validation-requests-fresh and validation-retime-fresh first)
 	$(PY) benchmarks/validation_gap.py $(RETIME_FRESH)/validate/inception_v3 $(REQUESTS_FRESH)/validate/inception_v3 \

@@ -707,6 +707,9 @@ def test_sync_to_rounds_adds_the_drift_to_the_step_sync_term_and_simulates_every
     assert summary["held_out_split_unsynced_step_error_median"] == pytest.approx(abs(drift_ms)
                                                                                  / table["real_step_ms"].iloc[3])
     assert summary["held_out_split_step_error_median"] == pytest.approx(0.0, abs=1e-12)
+    again, drift_again = sync_to_rounds(g, cluster, candidates, synced)  # anchoring an anchored table: the same
+    assert drift_again == pytest.approx(drift) and np.allclose(again["sim_step_ms"], synced["sim_step_ms"], rtol=1e-12)
+    assert np.allclose(again["sync_added_ms"], synced["sync_added_ms"], rtol=1e-9)
     same, nan = sync_to_rounds(g, cluster, candidates, table.iloc[2:])  # one fit-set row: too few, as it was
     assert nan != nan and same.equals(table.iloc[2:])
 

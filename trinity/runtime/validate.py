@@ -189,14 +189,20 @@ def refit_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate
 
 def step_sync_drift_us(table: pd.DataFrame) -> float:
     """How much more a step over both workers cost in these rounds than simulated, in microseconds (below 0:
-    less): the median, over the fit set's rows that split the step, of measured minus simulated step. NaN
-    with fewer than `REFIT_MIN_STRATEGIES` such rows (or none measured)."""
+    less): the median, over the fit set's rows that split the step, of measured minus simulated step (as
+    simulated before any anchoring: less ``sync_added_ms``). NaN with fewer than `REFIT_MIN_STRATEGIES` such
+    rows (or none measured)."""
     if "real_step_ms" not in table:
         return float("nan")
     rows = table[fit_set_rows(table) & split_rows(table)]
     if len(rows) < REFIT_MIN_STRATEGIES:
         return float("nan")
-    return float(np.median(rows["real_step_ms"] - rows["sim_step_ms"])) * 1e3
+    return float(np.median(rows["real_step_ms"] - _unsynced_ms(rows))) * 1e3
+
+
+def _unsynced_ms(rows: pd.DataFrame) -> pd.Series:
+    """The rows' simulated step before `sync_to_rounds` added to it."""
+    return rows["sim_step_ms"] - (rows["sync_added_ms"].fillna(0) if "sync_added_ms" in rows else 0)
 
 
 def sync_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate], table: pd.DataFrame
@@ -226,10 +232,9 @@ def sync_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate]
     simulator = Simulator(graph, replace(cluster, step_sync_us=cluster.step_sync_us + drift))
     by_name = {c.name: c for c in candidates}
     rows = []
-    for row in table.to_dict("records"):
+    for row, before in zip(table.to_dict("records"), _unsynced_ms(table)):  # a table anchored before: again
         synced = _simulated_as(row, simulator.simulate(by_name[row["strategy"]].placement, trace=True))
-        rows.append({**synced, "step_sync_drift_ms": drift / 1e3,
-                     "sync_added_ms": synced["sim_step_ms"] - row["sim_step_ms"]})
+        rows.append({**synced, "step_sync_drift_ms": drift / 1e3, "sync_added_ms": synced["sim_step_ms"] - before})
     added = [c for c in ("step_sync_drift_ms", "sync_added_ms") if c not in table]
     return pd.DataFrame(rows, columns=[*table.columns, *added]), drift
 
@@ -336,8 +341,9 @@ def error_summary(table: pd.DataFrame) -> dict:
         "held_out_split_rank_correlation": _rank_correlation(held_out_split),
         # ... as simulated before `sync_to_rounds` anchored the step over both workers (NaN: not anchored)
         "held_out_split_unsynced_step_error_median": (
-            q(((held_out_split["sim_step_ms"] - held_out_split["sync_added_ms"] - held_out_split["real_step_ms"])
-               / held_out_split["real_step_ms"]).abs(), 0.5) if "sync_added_ms" in held_out_split else float("nan")),
+            q(((_unsynced_ms(held_out_split) - held_out_split["real_step_ms"]) / held_out_split["real_step_ms"]).abs(),
+              0.5) if "sync_added_ms" in held_out_split and held_out_split["sync_added_ms"].notna().any()
+            else float("nan")),
         "held_out_split_comm_error_median": q(recorded["comm_error"].abs(), 0.5),
         "held_out_split_comm_error_max": q(recorded["comm_error"].abs(), 1.0),
         "held_out_split_comm_error_floor_max": q(comm_error_floor(recorded), 1.0),
