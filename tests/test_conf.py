@@ -175,7 +175,7 @@ def test_the_default_validation_covers_two_models_twice_and_bad_settings_name_th
     assert config.compose(["experiment=smoke"]).validation.runs == 1
     assert list(cfg.validation.anchor_range) == [0.5, 2.0]  # the smoke graph's ms steps get a wider one
     assert list(config.compose(["experiment=smoke"]).validation.anchor_range) == [0.2, 20.0]
-    assert cfg.validation.refit_to_rounds is False and cfg.validation.sync_to_rounds is True
+    assert cfg.validation.refit_to_rounds is False and cfg.validation.sync_to_rounds is False
     cores = len(os.sched_getaffinity(0))
     for override, model, field in (("validation.batches=[0]", "inception_v3", "validation.batches[0]"),
                                    ("validation.anchor_range=[1.1,2]", "inception_v3", "validation.anchor_range"),

@@ -318,14 +318,14 @@ def test_killed_worker_fails_the_run_and_nothing_is_left(tiny):
     try:
         runner = Runner(g, gd, w, timeout_s=30)
         rr = place("round-robin", g, runner.cluster).placement
-        run = runner._run
+        run = runner.session_run
 
         def kill_before_first_step(sess, fetches, what, trace=False):
             if what.startswith("a step") and w.procs[1].poll() is None:
                 w.kill(1)  # the session is open and the variables initialised on both workers
             return run(sess, fetches, what, trace)
 
-        runner._run = kill_before_first_step
+        runner.session_run = kill_before_first_step
         t0 = time.monotonic()
         with pytest.raises(WorkerError, match=r"worker 1 \(localhost:\d+\) died") as err:
             runner.measure(rr, "round-robin", steps=1, warmup=1)
@@ -409,11 +409,11 @@ def test_cli_validate_refits_the_transfer_model_to_its_rounds_when_asked(tiny, t
     out = tmp_path / "validation"
     code = main(["validate", str(path), "--placers", "single", "round-robin", "metis", "m-topo", "--rounds", "1",
                  "--steps", "1", "--warmup", "1", "--profile-steps", "2", "--out", str(out), "--no-mlflow",
-                 "--anchor-range", "0.1", "10", "--refit-to-rounds"])
+                 "--anchor-range", "0.1", "10", "--refit-to-rounds", "--sync-to-rounds"])
     stdout, stderr = capsys.readouterr()
     assert code == 0, stderr
     assert "refitted to the fit set's rows of these rounds" in stdout
-    assert "a step over both workers anchored to the fit set's split rows of these rounds" in stdout  # by default
+    assert "a step over both workers anchored to the fit set's split rows of these rounds" in stdout
     table = pd.read_csv(out / "results.csv")
     # results.csv is the refit's, then anchored: the calibration's cluster and measurements refitted and anchored
     # again give the same rows

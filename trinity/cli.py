@@ -386,7 +386,7 @@ def cmd_validate(args) -> None:
                 print(f"the transfer model refitted to the fit set's rows of these rounds: send CPU share "
                       f"{refitted.send_cpu_share:.2f}, receive {refitted.receive_cpu_share:.2f}, co-running slowdown "
                       f"{cluster.corun_slowdown:.3f}")
-        if not args.no_sync_to_rounds:
+        if args.sync_to_rounds:
             table, drift = sync_to_rounds(cg, cluster, candidates, table)
             if drift == drift:
                 table.to_csv(out / "results.csv", index=False)
@@ -598,9 +598,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit-to-rounds", action="store_true",
                    help="simulate on the transfer model fitted again to the fit set's rows of these rounds (with 3 or "
                         "more of its placers among the strategies), not the calibration's")
-    p.add_argument("--no-sync-to-rounds", action="store_true",
-                   help="simulate a step over both workers with the calibration's synchronisation alone, not anchored "
-                        "to the fit set's split rows of these rounds (3 or more of its placers among the strategies)")
+    p.add_argument("--sync-to-rounds", action="store_true",
+                   help="simulate a step over both workers with the fit set's split rows' median gap of these rounds "
+                        "added (3 or more of its placers among the strategies), not the calibration's synchronisation "
+                        "alone")
     p.add_argument("--rounds", type=_int_in(1), default=3, help="interleaved rounds over all strategies")
     p.add_argument("--steps", type=_int_in(1), default=3, help="timed steps per strategy per round")
     p.add_argument("--warmup", type=_int_in(0), default=2)

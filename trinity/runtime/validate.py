@@ -28,10 +28,12 @@ never fitted.
 
 What a step over both workers costs beyond the simulator's account of it
 moves between runs too, while the one-worker step holds still, so
-`sync_to_rounds` anchors it to the fit set's split rows of the same rounds
-(the validate stage's ``validation.sync_to_rounds``, on by default): their
+`sync_to_rounds` can anchor it to the fit set's split rows of the same
+rounds where the caller asks (the validate stage's
+``validation.sync_to_rounds``, `trinity validate --sync-to-rounds`): their
 median gap joins the cluster's step synchronisation term, and every
-strategy is simulated again.
+strategy is simulated again. On a fresh InceptionV3 validation it doubled
+the held-out errors (README), so nothing calls it by default.
 
 Errors are relative to the measurement: ``(sim - real) / real``.
 Communication compares the simulator's bytes sent (each tensor once per
@@ -175,6 +177,7 @@ def refit_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate
     fit_rows = table[fit_set_rows(table)] if "real_step_ms" in table else table.iloc[:0]
     if len(fit_rows) < REFIT_MIN_STRATEGIES:
         return table, cluster, None
+    table = table.drop(columns=[c for c in SYNC_COLUMNS if c in table])  # simulated again without that anchor
     scale = table["anchor_scale"].dropna()
     graph = times_scaled(graph, float(scale.iloc[0])) if len(scale) else graph
     by_name = {c.name: c for c in candidates}
@@ -185,6 +188,10 @@ def refit_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate
     rows = [_simulated_as(row, simulator.simulate(by_name[row["strategy"]].placement, trace=True))
             for row in table.to_dict("records")]
     return pd.DataFrame(rows, columns=table.columns), refitted, fit
+
+
+#: the columns `sync_to_rounds` adds: the drift, and what it added to each row's simulated step
+SYNC_COLUMNS = ("step_sync_drift_ms", "sync_added_ms")
 
 
 def step_sync_drift_us(table: pd.DataFrame) -> float:
@@ -235,7 +242,7 @@ def sync_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate]
     for row, before in zip(table.to_dict("records"), _unsynced_ms(table)):  # a table anchored before: again
         synced = _simulated_as(row, simulator.simulate(by_name[row["strategy"]].placement, trace=True))
         rows.append({**synced, "step_sync_drift_ms": drift / 1e3, "sync_added_ms": synced["sim_step_ms"] - before})
-    added = [c for c in ("step_sync_drift_ms", "sync_added_ms") if c not in table]
+    added = [c for c in SYNC_COLUMNS if c not in table]
     return pd.DataFrame(rows, columns=[*table.columns, *added]), drift
 
 

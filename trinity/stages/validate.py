@@ -8,7 +8,7 @@ placements run once. A model the search stage did not run on gets strategies of 
 search and graded blends between pairs of placers (``validation.blends``), found once at the model's
 own batch on the first calibration. With ``validation.refit_to_rounds`` the transfer model is fitted
 again to the fit placers' rows of the rounds at the model's own batch (`refit_to_rounds`), and that
-fit serves the run's other batches. With ``validation.sync_to_rounds`` (on by default) the cost of a
+fit serves the run's other batches. With ``validation.sync_to_rounds`` (off by default) the cost of a
 step over both workers is anchored to the fit set's split rows of each part's own rounds (`sync_to_rounds`),
 a part's alone. Then the same strategies run at
 each of ``validation.batches``, the model exported at that batch: its op times are measured on the
