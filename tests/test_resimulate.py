@@ -68,6 +68,15 @@ def test_compare_anchors_a_step_over_both_workers_to_the_fit_sets_split_rows(tmp
     assert row["now_step_error_median"] == pytest.approx(5 / 24)
     assert row["synced_step_error_median"] == pytest.approx(0.0, abs=1e-12)
     assert np.isnan(compare(tmp_path).iloc[0].get("synced_drift_ms", np.nan))  # not asked: not there
+    # a part its validation anchored (5 us added to every split): "now" is without it, "synced" as it was
+    anchored = pd.read_csv(tmp_path / "results.csv")
+    split = anchored["strategy"] != "single"
+    anchored["step_sync_drift_ms"], anchored["sync_added_ms"] = 0.005, np.where(split, 0.005, 0.0)
+    anchored.loc[split, "sim_step_ms"] += 0.005
+    anchored.to_csv(tmp_path / "results.csv", index=False)
+    again = compare(tmp_path, synced=True).iloc[0]
+    assert again["synced_drift_ms"] == pytest.approx(0.005)
+    assert again["now_step_error_median"] == pytest.approx(5 / 24)
 
 
 def test_op_times_are_anchored_to_the_one_worker_step_of_the_same_rounds(tmp_path):

@@ -41,8 +41,8 @@ from trinity.placement import Strategy
 from trinity.runtime.calibrate import (FITTED_CORUN_SLOWDOWNS, FITTED_LATENCY_SCALES, LATENCY_SCALES,
                                       LINK_STREAMS, RECEIVE_SHARES, SEND_SHARES, TransferFit, fit_transfer_model,
                                       times_scaled)
-from trinity.runtime.validate import (Candidate, anchor_row, anchored_to_rounds, error_summary, fit_set_rows,
-                                      refit_to_rounds, sync_to_rounds)
+from trinity.runtime.validate import (SYNC_COLUMNS, Candidate, anchor_row, anchored_to_rounds, error_summary,
+                                      fit_set_rows, refit_to_rounds, sync_to_rounds)
 from trinity.sim import Simulator
 
 class FitRule(NamedTuple):
@@ -131,6 +131,7 @@ def resimulate_part(part: Path, cluster: Cluster, round_anchor: bool = True) -> 
     op times as they are, as validations before the round anchor simulated them (that row still counted
     in the calibration set, so both are judged on the same strategies)."""
     table = pd.read_csv(part / "results.csv")
+    table = table.drop(columns=[c for c in SYNC_COLUMNS if c in table])  # simulated again without that anchor
     graph = load_graph(part / "calibration" / "graph.json.gz")
     anchor = anchor_row(table)
     table["anchor_scale"] = float("nan")  # the file's, if any, is set again below where anchored
