@@ -499,7 +499,7 @@ validation-retime-fresh: $(STAMP)  ## a fresh InceptionV3 validation (two calibr
 	cp $(RETIME_FRESH)/validate/inception_v3.summary.json reports/validation_retime_fresh_summary.json
 
 SYNC_FRESH := runs/validation_sync_fresh
-validation-sync-fresh: $(STAMP)  ## a fresh NMT validation (two calibrations), outside DVC: the held-out test of the two-worker anchor (~55 min, quiet job)
+validation-sync-fresh: $(STAMP)  ## a fresh NMT validation (two calibrations), outside DVC, read with and without the two-worker anchor (~60 min, quiet job)
 	test -f data/nmt_2layer_s12/profile/graph.json.gz || PATH=$(VENV)/bin:$$PATH dvc repro -s profile@nmt_2layer_s12
 	rm -rf $(SYNC_FRESH) && mkdir -p $(SYNC_FRESH)/reports $(SYNC_FRESH)/runs
 	ln -s $(CURDIR)/results/search $(SYNC_FRESH)/search

@@ -220,10 +220,12 @@ def sync_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate]
     That cost moves between runs while the one-worker step does not: InceptionV3's held-out splits at batch 8
     ran 214 ms in one validation run and 276-283 ms in three others, a gap to the simulator that does not grow
     with the tensors crossing, while one worker ran its step in 186-201 ms in all four; neither the
-    calibration's co-running measurement nor one repeated in every round follows it (README). The fit set's
-    split rows, timed in the same rounds, do: their median gap (`step_sync_drift_us`) joins the cluster's step
-    synchronisation, which the simulator adds to every step over two devices, and every row is simulated
-    again on the op times the rounds anchored (``table``'s ``anchor_scale``; ``graph`` the calibrated one).
+    calibration's co-running measurement nor one repeated in every round follows it (README). Here the fit
+    set's split rows, timed in the same rounds, stand for it: their median gap (`step_sync_drift_us`) joins
+    the cluster's step synchronisation, which the simulator adds to every step over two devices, and every
+    row is simulated again on the op times the rounds anchored (``table``'s ``anchor_scale``; ``graph`` the
+    calibrated one). They followed it on the validations it was designed on, not on the fresh one after
+    (the fit set's chains moved one way, the held-out splits the other; README), hence off by default.
     The gap may be below 0 (NMT's splits ran 41-90 ms faster than its calibration's model said), and then
     so may the term: a correction in this re-simulation alone, never a cluster file's. Nothing held out is
     fitted. The rows record the drift (``step_sync_drift_ms``) and what it added to their
