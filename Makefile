@@ -473,51 +473,38 @@ validation-sends: $(STAMP)  ## the committed validation refitted with and withou
 validation-requests: $(STAMP)  ## the committed validation refitted with and without the cost of issuing a request (~6 min)
 	$(PY) benchmarks/validation_requests.py
 
+# A fresh validation, outside DVC, as the validate stage runs it: $(1) its folder (emptied first), $(2) the search
+# stage's results/search it validates, $(3) the model, $(4) more Hydra overrides, $(5) where its summary is copied
+# (none: not copied)
+define fresh_validation
+	rm -rf $(1) && mkdir -p $(1)/reports $(1)/runs && ln -s $(2) $(1)/search
+	$(PY) pipeline/validate.py -cd . -cn params hydra.run.dir=$(1)/hydra hydra.output_subdir=null \
+		hydra/job_logging=stdout job.model=$(3) paths.results=$(1) paths.reports=$(1)/reports \
+		paths.runs=$(1)/runs mlflow.uri=sqlite:///$(CURDIR)/$(1)/mlflow.db $(4)
+	$(if $(5),cp $(1)/validate/$(3).summary.json $(5))
+endef
+
 # Both calibrations of a fresh InceptionV3 validation of the committed searches (results/search: `dvc repro` or
 # `dvc pull` them first), outside DVC, then refitted with and without the request cost
 REQUESTS_FRESH := runs/validation_requests_fresh
 validation-requests-fresh: $(STAMP)  ## a fresh InceptionV3 validation (two calibrations), refitted with and without the request cost (~95 min, quiet machine)
-	rm -rf $(REQUESTS_FRESH) && mkdir -p $(REQUESTS_FRESH)/reports $(REQUESTS_FRESH)/runs
-	ln -s $(CURDIR)/results/search $(REQUESTS_FRESH)/search
-	$(PY) pipeline/validate.py -cd . -cn params hydra.run.dir=$(REQUESTS_FRESH)/hydra hydra.output_subdir=null \
-		hydra/job_logging=stdout job.model=inception_v3 paths.results=$(REQUESTS_FRESH) \
-		paths.reports=$(REQUESTS_FRESH)/reports paths.runs=$(REQUESTS_FRESH)/runs \
-		mlflow.uri=sqlite:///$(CURDIR)/$(REQUESTS_FRESH)/mlflow.db
-	cp $(REQUESTS_FRESH)/validate/inception_v3.summary.json reports/validation_requests_fresh_summary.json
+	$(call fresh_validation,$(REQUESTS_FRESH),$(CURDIR)/results/search,inception_v3,,reports/validation_requests_fresh_summary.json)
 	$(PY) benchmarks/validation_requests.py $(REQUESTS_FRESH)/validate/inception_v3 \
 		--csv reports/validation_requests_fresh.csv
 
 RETIME_FRESH := runs/validation_retime_fresh
 SEARCHES ?= $(CURDIR)/results/search
 validation-retime-fresh: $(STAMP)  ## a fresh InceptionV3 validation (two calibrations), disturbed runs timed again as the default experiment does (~100 min, quiet job)
-	rm -rf $(RETIME_FRESH) && mkdir -p $(RETIME_FRESH)/reports $(RETIME_FRESH)/runs
-	ln -s $(SEARCHES) $(RETIME_FRESH)/search
-	$(PY) pipeline/validate.py -cd . -cn params hydra.run.dir=$(RETIME_FRESH)/hydra hydra.output_subdir=null \
-		hydra/job_logging=stdout job.model=inception_v3 paths.results=$(RETIME_FRESH) \
-		paths.reports=$(RETIME_FRESH)/reports paths.runs=$(RETIME_FRESH)/runs \
-		mlflow.uri=sqlite:///$(CURDIR)/$(RETIME_FRESH)/mlflow.db
-	cp $(RETIME_FRESH)/validate/inception_v3.summary.json reports/validation_retime_fresh_summary.json
+	$(call fresh_validation,$(RETIME_FRESH),$(SEARCHES),inception_v3,,reports/validation_retime_fresh_summary.json)
 
 SYNC_FRESH := runs/validation_sync_fresh
 validation-sync-fresh: $(STAMP)  ## a fresh NMT validation (two calibrations), outside DVC, read with and without the two-worker anchor (~60 min, quiet job)
 	test -f data/nmt_2layer_s12/profile/graph.json.gz || PATH=$(VENV)/bin:$$PATH dvc repro -s profile@nmt_2layer_s12
-	rm -rf $(SYNC_FRESH) && mkdir -p $(SYNC_FRESH)/reports $(SYNC_FRESH)/runs
-	ln -s $(CURDIR)/results/search $(SYNC_FRESH)/search
-	$(PY) pipeline/validate.py -cd . -cn params hydra.run.dir=$(SYNC_FRESH)/hydra hydra.output_subdir=null \
-		hydra/job_logging=stdout job.model=nmt_2layer_s12 paths.results=$(SYNC_FRESH) \
-		paths.reports=$(SYNC_FRESH)/reports paths.runs=$(SYNC_FRESH)/runs \
-		mlflow.uri=sqlite:///$(CURDIR)/$(SYNC_FRESH)/mlflow.db
-	cp $(SYNC_FRESH)/validate/nmt_2layer_s12.summary.json reports/validation_sync_fresh_summary.json
+	$(call fresh_validation,$(SYNC_FRESH),$(CURDIR)/results/search,nmt_2layer_s12,,reports/validation_sync_fresh_summary.json)
 
 SYNC_IV3_FRESH := runs/validation_sync_iv3_fresh
 validation-sync-iv3-fresh: $(STAMP)  ## a fresh InceptionV3 validation (one calibration) with the two-worker anchor on, outside DVC (~50 min, quiet job; SEARCHES= as validation-retime-fresh)
-	rm -rf $(SYNC_IV3_FRESH) && mkdir -p $(SYNC_IV3_FRESH)/reports $(SYNC_IV3_FRESH)/runs
-	ln -s $(SEARCHES) $(SYNC_IV3_FRESH)/search
-	$(PY) pipeline/validate.py -cd . -cn params hydra.run.dir=$(SYNC_IV3_FRESH)/hydra hydra.output_subdir=null \
-		hydra/job_logging=stdout job.model=inception_v3 paths.results=$(SYNC_IV3_FRESH) \
-		paths.reports=$(SYNC_IV3_FRESH)/reports paths.runs=$(SYNC_IV3_FRESH)/runs \
-		mlflow.uri=sqlite:///$(CURDIR)/$(SYNC_IV3_FRESH)/mlflow.db validation.runs=1
-	cp $(SYNC_IV3_FRESH)/validate/inception_v3.summary.json reports/validation_sync_iv3_fresh_summary.json
+	$(call fresh_validation,$(SYNC_IV3_FRESH),$(SEARCHES),inception_v3,validation.runs=1,reports/validation_sync_iv3_fresh_summary.json)
 
 validation-sync-anchor: $(STAMP)  ## fresh validations with and without a step over both workers anchored to each part's rounds (~1 min; validation-requests-fresh, -retime-fresh, -sync-fresh and -sync-iv3-fresh first)
 	$(PY) -m trinity.runtime.resimulate $(REQUESTS_FRESH)/validate/inception_v3 $(RETIME_FRESH)/validate/inception_v3 \
@@ -530,10 +517,7 @@ validation-gap: $(STAMP)  ## the held-out splits' gap to the simulator per part,
 
 FRESH := runs/validation_fresh
 validation-sends-fresh: $(STAMP)  ## a fresh InceptionV3 validation (one calibration, outside DVC), refitted and what-if with and without held sends (~41 min, quiet machine)
-	rm -rf $(FRESH) && mkdir -p $(FRESH)/reports $(FRESH)/runs && ln -s $(CURDIR)/results/search $(FRESH)/search
-	$(PY) pipeline/validate.py -cd . -cn params hydra.run.dir=$(FRESH)/hydra hydra.output_subdir=null \
-		hydra/job_logging=stdout job.model=inception_v3 paths.results=$(FRESH) paths.reports=$(FRESH)/reports \
-		paths.runs=$(FRESH)/runs mlflow.uri=sqlite:///$(CURDIR)/$(FRESH)/mlflow.db validation.runs=1
+	$(call fresh_validation,$(FRESH),$(CURDIR)/results/search,inception_v3,validation.runs=1,)
 	$(PY) benchmarks/validation_sends.py $(FRESH)/validate/inception_v3 --csv reports/validation_sends_fresh.csv
 	$(PY) benchmarks/validation_what_if.py $(FRESH)/validate/inception_v3 --csv reports/validation_what_if_fresh.csv
 	$(PY) benchmarks/validation_fit_set.py results/validate/inception_v3 $(FRESH)/validate/inception_v3 --held-sends \
