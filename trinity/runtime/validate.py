@@ -157,6 +157,13 @@ def _simulated_as(row: dict, sim) -> dict:
     return row
 
 
+def _on_rounds_op_times(graph: OpGraph, table: pd.DataFrame) -> OpGraph:
+    """The calibrated ``graph`` on the op times ``table``'s rounds anchored (its ``anchor_scale``; none: as
+    it is), which `validate` simulated every row on."""
+    scale = table["anchor_scale"].dropna()
+    return times_scaled(graph, float(scale.iloc[0])) if len(scale) else graph
+
+
 #: the fewest fit-set strategies measured in the rounds that `refit_to_rounds` fits the transfer model to
 REFIT_MIN_STRATEGIES = 3
 
@@ -178,8 +185,7 @@ def refit_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate
     if len(fit_rows) < REFIT_MIN_STRATEGIES:
         return table, cluster, None
     table = table.drop(columns=[c for c in SYNC_COLUMNS if c in table])  # simulated again without that anchor
-    scale = table["anchor_scale"].dropna()
-    graph = times_scaled(graph, float(scale.iloc[0])) if len(scale) else graph
+    graph = _on_rounds_op_times(graph, table)
     by_name = {c.name: c for c in candidates}
     fit = fit_transfer_model(graph, cluster, [by_name[n].placement for n in fit_rows["strategy"]],
                              list(fit_rows["real_step_ms"] * 1e3), latency_scales=(1.0,))
@@ -236,8 +242,7 @@ def sync_to_rounds(graph: OpGraph, cluster: Cluster, candidates: list[Candidate]
     drift = step_sync_drift_us(table)
     if drift != drift:
         return table, drift
-    scale = table["anchor_scale"].dropna()
-    graph = times_scaled(graph, float(scale.iloc[0])) if len(scale) else graph
+    graph = _on_rounds_op_times(graph, table)
     simulator = Simulator(graph, replace(cluster, step_sync_us=cluster.step_sync_us + drift))
     by_name = {c.name: c for c in candidates}
     rows = []
