@@ -501,6 +501,8 @@ SYNC_FRESH := runs/validation_sync_fresh
 validation-sync-fresh: $(STAMP)  ## a fresh NMT validation (two calibrations), outside DVC, read with and without the two-worker anchor (~60 min, quiet job)
 	test -f data/nmt_2layer_s12/profile/graph.json.gz || PATH=$(VENV)/bin:$$PATH dvc repro -s profile@nmt_2layer_s12
 	$(call fresh_validation,$(SYNC_FRESH),$(CURDIR)/results/search,nmt_2layer_s12,,reports/validation_sync_fresh_summary.json)
+	cp $(SYNC_FRESH)/validate/nmt_2layer_s12/calibration/calibration.json reports/validation_sync_fresh_calibration_run1.json
+	cp $(SYNC_FRESH)/validate/nmt_2layer_s12/run2/calibration/calibration.json reports/validation_sync_fresh_calibration_run2.json
 
 SYNC_IV3_FRESH := runs/validation_sync_iv3_fresh
 validation-sync-iv3-fresh: $(STAMP)  ## a fresh InceptionV3 validation (one calibration) with the two-worker anchor on, outside DVC (~50 min, quiet job; SEARCHES= as validation-retime-fresh)
