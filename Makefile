@@ -507,6 +507,7 @@ validation-sync-fresh: $(STAMP)  ## a fresh NMT validation (two calibrations), o
 SYNC_IV3_FRESH := runs/validation_sync_iv3_fresh
 validation-sync-iv3-fresh: $(STAMP)  ## a fresh InceptionV3 validation (one calibration) with the two-worker anchor on, outside DVC (~50 min, quiet job; SEARCHES= as validation-retime-fresh)
 	$(call fresh_validation,$(SYNC_IV3_FRESH),$(SEARCHES),inception_v3,validation.runs=1,reports/validation_sync_iv3_fresh_summary.json)
+	cp $(SYNC_IV3_FRESH)/validate/inception_v3/results.csv reports/validation_sync_iv3_fresh_b64.csv
 
 validation-sync-anchor: $(STAMP)  ## fresh validations with and without a step over both workers anchored to each part's rounds (~1 min; validation-requests-fresh, -retime-fresh, -sync-fresh and -sync-iv3-fresh first)
 	$(PY) -m trinity.runtime.resimulate $(REQUESTS_FRESH)/validate/inception_v3 $(RETIME_FRESH)/validate/inception_v3 \
