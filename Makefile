@@ -509,9 +509,9 @@ validation-sync-iv3-fresh: $(STAMP)  ## a fresh InceptionV3 validation (one cali
 	$(call fresh_validation,$(SYNC_IV3_FRESH),$(SEARCHES),inception_v3,validation.runs=1,reports/validation_sync_iv3_fresh_summary.json)
 	cp $(SYNC_IV3_FRESH)/validate/inception_v3/results.csv reports/validation_sync_iv3_fresh_b64.csv
 
-validation-sync-anchor: $(STAMP)  ## fresh validations with and without a step over both workers anchored to each part's rounds (~1 min; validation-requests-fresh, -retime-fresh, -sync-fresh and -sync-iv3-fresh first)
+validation-sync-anchor: $(STAMP)  ## fresh validations with and without a step over both workers anchored to each part's rounds (~1 min; validation-requests-fresh, -retime-fresh, -sync-fresh, -sync-iv3-fresh and `dvc repro validate@nmt_2layer_s12` first)
 	$(PY) -m trinity.runtime.resimulate $(REQUESTS_FRESH)/validate/inception_v3 $(RETIME_FRESH)/validate/inception_v3 \
-		$(SYNC_FRESH)/validate/nmt_2layer_s12 $(SYNC_IV3_FRESH)/validate/inception_v3 --synced \
+		$(SYNC_FRESH)/validate/nmt_2layer_s12 $(SYNC_IV3_FRESH)/validate/inception_v3 results/validate/nmt_2layer_s12 --synced \
 		--csv reports/validation_sync_anchor.csv
 
 validation-gap: $(STAMP)  ## the held-out splits' gap to the simulator per part, a fixed and a per-tensor cost, of the two fresh validations (seconds; validation-requests-fresh and validation-retime-fresh first)
