@@ -27,7 +27,7 @@ test-slurm: $(STAMP)  ## the SLURM path end to end on a SLURM started here (inst
 	$(PY) -m pytest -q --runslow tests/test_slurm.py
 
 # The pipeline (dvc.yaml): compose conf/ for $(EXPERIMENT) into its params.yaml, then `dvc repro` in
-# its folder under one MLflow parent run. EXPERIMENT=default (~2 h; the checkout root's params.yaml,
+# its folder under one MLflow parent run. EXPERIMENT=default (~7 h here; the checkout root's params.yaml,
 # dvc.lock, results/, reports/), smoke (CI, minutes), paper (hours), or your own conf/experiment/<name>.yaml:
 # each of those in experiments/<name>/.
 EXPERIMENT ?= default
